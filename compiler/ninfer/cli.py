@@ -1,0 +1,69 @@
+"""`ninfer-compile`: parse options into CompileOptions and call compile_model()."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from ninfer.paths import DEFAULT_BUILD_DIR
+from ninfer.targets import available_targets
+
+DEMO_DIR = DEFAULT_BUILD_DIR / "demo-checkpoint"
+console = Console(stderr=True)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--model", "model_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Hugging Face checkpoint directory (default: the embedded demo model).")
+@click.option("--target", default="cpu", show_default=True,
+              help=f"Target profile name or TOML path ({', '.join(available_targets())}).")
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Output directory (default: build/<model>-<target>).")
+@click.option("--model-id", help="Model id served by /v1/models (default: directory name).")
+@click.option("--max-context", default=4096, show_default=True, type=click.IntRange(2),
+              help="Compiled maximum context (prompt + reply) in tokens.")
+@click.option("--max-prefill-chunk", default=512, show_default=True, type=click.IntRange(1),
+              help="Largest number of prompt tokens in one forward pass.")
+@click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
+              help="Override the target's memory budget.")
+@click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
+@click.option("--dump", "dump_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Write every stage's output (graph, plan, report, generated code) here.")
+def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
+         max_context: int, max_prefill_chunk: int, memory_gib: float | None,
+         no_python_module: bool, dump_dir: Path | None) -> None:
+    """Compile a checkpoint for a target into a standalone ninfer-server."""
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    if model_dir is None:
+        from ninfer.demo.checkpoint import write_demo_checkpoint
+
+        model_dir = write_demo_checkpoint(DEMO_DIR)
+        model_id = model_id or "ninfer-demo"
+        console.print(f"[dim]no --model given: using the embedded demo checkpoint "
+                      f"({model_dir})[/dim]")
+    opts = CompileOptions(model_dir=model_dir, target=target, out_dir=out_dir,
+                          model_id=model_id, max_context=max_context,
+                          max_prefill_chunk=max_prefill_chunk, memory_gib=memory_gib,
+                          python_module=not no_python_module, dump_dir=dump_dir)
+    try:
+        with console.status("compiling") as status:
+            result = compile_model(opts, lambda s: status.update(f"[bold]{s}[/bold]"))
+    except (ValueError, RuntimeError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        sys.exit(1)
+    for stage, seconds in result.report_data["stage_seconds"].items():
+        console.print(f"  {stage:<10} {seconds:7.2f} s")
+    mem = result.report_data["plan"]["memory"]
+    console.print(f"  memory plan: weights {mem['weights_bytes'] / 2**20:.1f} MiB, "
+                  f"KV {mem['kv_bytes'] / 2**20:.1f} MiB, activations "
+                  f"{mem['activation_bytes'] / 2**20:.1f} MiB")
+    console.print(f"[green]built[/green] {result.server}")
+    print(result.out_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Render the model-specific sources (step program, CMakeLists) from templates/."""
+
+from __future__ import annotations
+
+import re
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import pybind11
+import tvm_ffi
+
+from ninfer.frontend.graph import ModelGraph
+from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
+from ninfer.plan import Plan
+from ninfer.targets import Target
+
+# Model-independent runtime sources compiled into every server (runtime_cpp/).
+RUNTIME_SOURCES = (
+    "added_tokens.cpp", "api.cpp", "artifact.cpp", "bpe.cpp", "chat_format.cpp",
+    "cpu_backend.cpp", "engine.cpp", "pcre2_regex.cpp", "pretokenize.cpp", "sampling.cpp",
+    "stop_matcher.cpp", "tokenizer.cpp", "tokenizer_json.cpp", "unicode_nfc.cpp", "utf8.cpp",
+)
+
+
+@dataclass(frozen=True)
+class GeneratedTree:
+    directory: Path
+    files: tuple[Path, ...]
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def model_slug(model_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", model_id) or "model"
+
+
+def tvm_include_dirs() -> list[str]:
+    base = Path(tvm_ffi.__file__).resolve().parent / "include"
+    tvm_inc = Path(tvm_ffi.__file__).resolve().parents[1] / "tvm" / "include"
+    return [str(base), str(tvm_inc)]
+
+
+def runtime_sources() -> list[str]:
+    missing = [s for s in RUNTIME_SOURCES if not (RUNTIME_DIR / s).exists()]
+    if missing:
+        raise FileNotFoundError(f"runtime_cpp is incomplete: missing {', '.join(missing)}")
+    return list(RUNTIME_SOURCES)
+
+
+def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
+                kernel_object: Path, src_dir: Path, out_dir: Path,
+                python_module: bool = True) -> GeneratedTree:
+    """Write model.cpp and CMakeLists.txt into `src_dir`; return what was written."""
+    env = _environment()
+    src_dir.mkdir(parents=True, exist_ok=True)
+    kernels = {role: spec.name() for role, spec in plan.kernels.items()}
+
+    def fn(role: str) -> str:
+        return f'__tvm_ffi_{kernels[role]}, "{kernels[role]}"'
+
+    context = {
+        "model_id": model_id,
+        "model_slug": model_slug(model_id),
+        "cfg": graph.config,
+        "traits": graph.traits,
+        "target": target,
+        "target_hash": target.stable_hash(),
+        "limits": plan.limits,
+        "kernels": kernels,
+        "kernel_names": sorted(set(kernels.values())),
+        "buffers": plan.buffers,
+        "fn": fn,
+        "runtime_dir": str(RUNTIME_DIR),
+        "runtime_sources": runtime_sources(),
+        "tvm_includes": tvm_include_dirs(),
+        "kernel_object": str(kernel_object),
+        "out_dir": str(out_dir),
+        "python_module": python_module,
+        "pybind11_cmake_dir": pybind11.get_cmake_dir(),
+        "python_include": sysconfig.get_paths()["include"],
+    }
+    written = []
+    for template, name in (("model.cpp.j2", "model.cpp"), ("CMakeLists.txt.j2",
+                                                           "CMakeLists.txt")):
+        text = env.get_template(template).render(**context)
+        path = src_dir / name
+        if not path.exists() or path.read_text() != text:  # keep mtimes for Ninja
+            path.write_text(text)
+        written.append(path)
+    return GeneratedTree(src_dir, tuple(written))

@@ -1,0 +1,112 @@
+"""A Hugging Face checkpoint directory: config, safetensors shards, tokenizer files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors import safe_open
+
+from ninfer.frontend.config import FrontendError, ModelConfig
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    file: Path
+    shape: tuple[int, ...]
+    dtype: str  # safetensors dtype string: F32, F16, BF16, ...
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    directory: Path
+    config: ModelConfig
+    raw_config: dict[str, Any]
+    tensors: dict[str, TensorInfo]
+    tokenizer_json: dict[str, Any]
+    tokenizer_config: dict[str, Any]
+    generation_config: dict[str, Any]
+
+    def load(self, name: str) -> np.ndarray:
+        """One tensor as float32 (bf16 and f16 widened exactly)."""
+        info = self.tensors.get(name)
+        if info is None:
+            raise FrontendError(f"{self.directory}: tensor '{name}' not found in the checkpoint")
+        with safe_open(str(info.file), framework="numpy") as f:
+            if info.dtype == "BF16":
+                raw = _read_raw(info)
+                return (raw.astype(np.uint32) << 16).view(np.float32).reshape(info.shape)
+            return np.asarray(f.get_tensor(name), dtype=np.float32)
+
+
+def _read_raw(info: TensorInfo) -> np.ndarray:
+    """bfloat16 has no numpy dtype: read the payload bytes straight from the file."""
+    with open(info.file, "rb") as fh:
+        header_len = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(header_len))
+        start, end = header[info.name]["data_offsets"]
+        fh.seek(8 + header_len + start)
+        return np.frombuffer(fh.read(end - start), dtype=np.uint16)
+
+
+def _read_json(path: Path, required: bool) -> dict[str, Any]:
+    if not path.exists():
+        if required:
+            raise FrontendError(f"{path.parent}: missing {path.name}")
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise FrontendError(f"{path}: not valid JSON: {exc}") from exc
+
+
+def _safetensors_header(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) != 8:
+            raise FrontendError(f"{path}: truncated safetensors file")
+        n = int.from_bytes(head, "little")
+        if n > path.stat().st_size:
+            raise FrontendError(f"{path}: corrupt safetensors header length {n}")
+        return json.loads(fh.read(n))
+
+
+def open_checkpoint(directory: Path) -> Checkpoint:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FrontendError(f"model directory {directory} does not exist")
+    raw = _read_json(directory / "config.json", required=True)
+    config = ModelConfig.from_dict(raw)
+
+    index = directory / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = _read_json(index, required=True).get("weight_map", {})
+        files = sorted({directory / f for f in weight_map.values()})
+    else:
+        files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise FrontendError(f"{directory}: no *.safetensors files (PyTorch .bin checkpoints "
+                            "are not supported; convert with save_pretrained(safe_serialization"
+                            "=True))")
+    tensors: dict[str, TensorInfo] = {}
+    for file in files:
+        if not file.exists():
+            raise FrontendError(f"{directory}: shard {file.name} named in the index is missing")
+        for name, meta in _safetensors_header(file).items():
+            if name == "__metadata__":
+                continue
+            tensors[name] = TensorInfo(name, file, tuple(meta["shape"]), meta["dtype"])
+
+    return Checkpoint(
+        directory=directory,
+        config=config,
+        raw_config=raw,
+        tensors=tensors,
+        tokenizer_json=_read_json(directory / "tokenizer.json", required=True),
+        tokenizer_config=_read_json(directory / "tokenizer_config.json", required=False),
+        generation_config=_read_json(directory / "generation_config.json", required=False),
+    )

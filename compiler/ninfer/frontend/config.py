@@ -1,0 +1,125 @@
+"""Hugging Face `config.json` -> frozen `ModelConfig` (unknown keys kept aside, never lost)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class FrontendError(ValueError):
+    """The checkpoint cannot be compiled: unsupported, incomplete or inconsistent."""
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    theta: float
+    kind: str = "default"  # default | linear | llama3
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+    @classmethod
+    def from_hf(cls, cfg: dict[str, Any]) -> RopeConfig:
+        # transformers >= 5 writes `rope_parameters`; older checkpoints `rope_theta`
+        # plus an optional `rope_scaling` dict.
+        params = dict(cfg.get("rope_parameters") or {})
+        scaling = dict(cfg.get("rope_scaling") or {})
+        merged = {**scaling, **params}
+        theta = merged.get("rope_theta", cfg.get("rope_theta", 10000.0))
+        kind = merged.get("rope_type", merged.get("type", "default"))
+        if kind not in ("default", "linear", "llama3"):
+            raise FrontendError(
+                f"config.json: rope type '{kind}' is not supported (supported: default, "
+                "linear, llama3)")
+        return cls(
+            theta=float(theta),
+            kind=kind,
+            factor=float(merged.get("factor", 1.0)),
+            low_freq_factor=float(merged.get("low_freq_factor", 1.0)),
+            high_freq_factor=float(merged.get("high_freq_factor", 4.0)),
+            original_max_position=int(merged.get("original_max_position_embeddings", 8192)),
+        )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope: RopeConfig
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    hidden_act: str
+    torch_dtype: str
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any]) -> ModelConfig:
+        archs = cfg.get("architectures") or []
+        if len(archs) != 1:
+            raise FrontendError(f"config.json: expected exactly one entry in 'architectures', "
+                                f"got {archs!r}")
+
+        def need(key: str) -> Any:
+            if key not in cfg:
+                raise FrontendError(f"config.json: missing required field '{key}'")
+            return cfg[key]
+
+        heads = int(need("num_attention_heads"))
+        hidden = int(need("hidden_size"))
+        eos = cfg.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+        values: dict[str, Any] = dict(
+            architecture=archs[0],
+            model_type=str(cfg.get("model_type", "")),
+            vocab_size=int(need("vocab_size")),
+            hidden_size=hidden,
+            intermediate_size=int(need("intermediate_size")),
+            num_layers=int(need("num_hidden_layers")),
+            num_heads=heads,
+            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope=RopeConfig.from_hf(cfg),
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            attention_bias=bool(cfg.get("attention_bias", False)),
+            hidden_act=str(cfg.get("hidden_act", "silu")),
+            torch_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "float32"),
+            bos_token_id=cfg.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+        )
+        consumed = {"architectures", "num_attention_heads", "num_hidden_layers",
+                    "num_key_value_heads", "eos_token_id", "rope_theta", "rope_scaling",
+                    "rope_parameters", "dtype", *values}
+        values["extra"] = {k: v for k, v in cfg.items() if k not in consumed}
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.hidden_act != "silu":
+            raise FrontendError(f"config.json: hidden_act '{self.hidden_act}' is not supported "
+                                "(supported: silu)")
+        if self.num_heads % self.num_kv_heads:
+            raise FrontendError(f"config.json: num_attention_heads ({self.num_heads}) is not a "
+                                f"multiple of num_key_value_heads ({self.num_kv_heads})")
+        if self.head_dim % 2:
+            raise FrontendError(f"config.json: head_dim ({self.head_dim}) must be even for RoPE")
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, int) and not isinstance(v, bool) and f.name.endswith(
+                    ("_size", "_layers", "_heads", "head_dim")) and v <= 0:
+                raise FrontendError(f"config.json: '{f.name}' must be positive, got {v}")

@@ -1,0 +1,60 @@
+"""Dense Llama-family decoders: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
+
+All three are pre-norm GQA decoders with RoPE and a SwiGLU MLP; they differ only in the
+traits below. The Hugging Face weight-name mapping is data.
+"""
+
+from __future__ import annotations
+
+from ninfer.frontend.checkpoint import Checkpoint
+from ninfer.frontend.config import FrontendError
+from ninfer.frontend.graph import DenseBlockTraits, ModelGraph, dense_decoder_weights
+
+HF_NAMES = {
+    "embed": "model.embed_tokens.weight",
+    "final_norm": "model.norm.weight",
+    "lm_head": "lm_head.weight",
+    "input_norm": "model.layers.{i}.input_layernorm.weight",
+    "q": "model.layers.{i}.self_attn.q_proj.weight",
+    "k": "model.layers.{i}.self_attn.k_proj.weight",
+    "v": "model.layers.{i}.self_attn.v_proj.weight",
+    "q_bias": "model.layers.{i}.self_attn.q_proj.bias",
+    "k_bias": "model.layers.{i}.self_attn.k_proj.bias",
+    "v_bias": "model.layers.{i}.self_attn.v_proj.bias",
+    "q_norm": "model.layers.{i}.self_attn.q_norm.weight",
+    "k_norm": "model.layers.{i}.self_attn.k_norm.weight",
+    "o": "model.layers.{i}.self_attn.o_proj.weight",
+    "post_norm": "model.layers.{i}.post_attention_layernorm.weight",
+    "gate": "model.layers.{i}.mlp.gate_proj.weight",
+    "up": "model.layers.{i}.mlp.up_proj.weight",
+    "down": "model.layers.{i}.mlp.down_proj.weight",
+}
+
+ARCHITECTURES = {
+    "LlamaForCausalLM": lambda cfg: DenseBlockTraits(qk_norm=False, qkv_bias=cfg.attention_bias),
+    "Qwen2ForCausalLM": lambda cfg: DenseBlockTraits(qk_norm=False, qkv_bias=True),
+    "Qwen3ForCausalLM": lambda cfg: DenseBlockTraits(qk_norm=True, qkv_bias=cfg.attention_bias),
+    "MistralForCausalLM": lambda cfg: DenseBlockTraits(qk_norm=False, qkv_bias=False),
+}
+
+
+def build_graph(ckpt: Checkpoint) -> ModelGraph:
+    cfg = ckpt.config
+    make_traits = ARCHITECTURES.get(cfg.architecture)
+    if make_traits is None:
+        raise FrontendError(
+            f"architecture '{cfg.architecture}' is not supported "
+            f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+    if cfg.architecture == "MistralForCausalLM" and cfg.extra.get("sliding_window"):
+        raise FrontendError("MistralForCausalLM with sliding_window attention is not supported")
+    if cfg.attention_bias and cfg.architecture in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
+        # There attention_bias also adds a bias to o_proj, which our block lacks.
+        raise FrontendError(f"{cfg.architecture} with attention_bias=true is not supported")
+    traits = make_traits(cfg)
+    graph = ModelGraph(cfg, traits, tuple(dense_decoder_weights(cfg, traits, HF_NAMES)))
+    missing = sorted({s for w in graph.weights for s in w.sources} - set(ckpt.tensors))
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" (+{len(missing) - 5} more)" if len(missing) > 5
+                                          else "")
+        raise FrontendError(f"{ckpt.directory}: checkpoint is missing tensor(s) {shown}")
+    return graph

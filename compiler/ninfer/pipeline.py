@@ -1,0 +1,190 @@
+"""The compile pipeline: the stage list, in one place, one comment per phase."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ninfer import __version__
+from ninfer.artifact import PendingTensor, write_artifact
+from ninfer.build import cmake_build
+from ninfer.codegen import render_tree
+from ninfer.frontend import open_checkpoint
+from ninfer.frontend.chat_template import compile_chat_template
+from ninfer.frontend.config import FrontendError
+from ninfer.frontend.graph import ModelGraph, rope_tables
+from ninfer.frontend.llama import build_graph
+from ninfer.frontend.tokenizer import TokenizerInfo, tokenizer_info
+from ninfer.paths import DEFAULT_BUILD_DIR, ROOT
+from ninfer.plan import Plan, ServeLimits, make_plan
+from ninfer.targets import Target, load_target
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    model_dir: Path
+    target: str = "cpu"
+    out_dir: Path | None = None
+    model_id: str | None = None
+    max_context: int = 4096
+    max_prefill_chunk: int = 512
+    memory_gib: float | None = None
+    python_module: bool = True
+    dump_dir: Path | None = None
+    kernel_cache: Path = field(default_factory=lambda: DEFAULT_BUILD_DIR / ".kernel-cache")
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    out_dir: Path
+    server: Path
+    artifact: Path
+    report: Path
+    report_data: dict[str, Any]
+
+
+def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> CompileResult:
+    timings: dict[str, float] = {}
+
+    def stage(name: str) -> Callable[[], None]:
+        progress(name)
+        t0 = time.perf_counter()
+        return lambda: timings.__setitem__(name, round(time.perf_counter() - t0, 3))
+
+    # 1. Target profile: every hardware number comes from here.
+    done = stage("target")
+    target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
+    if target.is_cuda:
+        raise FrontendError(f"target '{target.name}' is a CUDA target; this version builds "
+                            "servers for the 'cpu' target only")
+    done()
+
+    # 2. Frontend: checkpoint -> typed graph; tokenizer and chat template checked.
+    done = stage("frontend")
+    ckpt = open_checkpoint(opts.model_dir)
+    graph = build_graph(ckpt)
+    tok = tokenizer_info(ckpt)
+    chat = None
+    if tok.chat_template is not None:
+        chat = compile_chat_template(tok.chat_template, bos_token=tok.bos_token or "",
+                                     eos_token=tok.eos_token or "")
+    model_id = opts.model_id or opts.model_dir.resolve().name
+    done()
+
+    # 3. Plan: serve limits, kernel instances per role, memory budget.
+    done = stage("plan")
+    limits = ServeLimits(opts.max_context, min(opts.max_prefill_chunk, opts.max_context))
+    plan = make_plan(graph, target, limits)
+    done()
+
+    out_dir = (opts.out_dir or DEFAULT_BUILD_DIR / f"{model_id}-{target.name}").resolve()
+    src_dir = out_dir / "src"
+    src_dir.mkdir(parents=True, exist_ok=True)
+
+    # 4. Kernels: TVM PrimFuncs scheduled for the target, built into one object.
+    done = stage("kernels")
+    kernel_object = _build_kernels(plan, target, opts.kernel_cache, src_dir / "kernels.o")
+    done()
+
+    # 5. Codegen: step program + CMakeLists from templates/.
+    done = stage("codegen")
+    tree = render_tree(graph, plan, target, model_id, kernel_object, src_dir, out_dir,
+                       python_module=opts.python_module)
+    done()
+
+    # 6. Artifact: weights (fused where the step program wants it) + manifest.
+    done = stage("artifact")
+    artifact_path = out_dir / "model.ninfer"
+    manifest = _manifest(graph, plan, target, model_id, tok, chat)
+    write_artifact(artifact_path, manifest, _pending_tensors(graph, ckpt, plan))
+    done()
+
+    # 7. Build: CMake + Ninja -> ninfer-server (+ ninfer_engine Python module).
+    done = stage("build")
+    cmake_build(src_dir, out_dir / "cmake-build", log=out_dir / "build.log")
+    done()
+
+    report = {
+        "ninfer_version": __version__,
+        "model_id": model_id,
+        "architecture": graph.config.architecture,
+        "target": {"name": target.name, "hash": target.stable_hash()},
+        "plan": plan.to_json(),
+        "kernels": [{"name": s.name(), "family": s.family} for s in plan.unique_kernels()],
+        "generated": [str(p.relative_to(out_dir)) for p in tree.files],
+        "stage_seconds": timings,
+    }
+    report_path = out_dir / "compile_report.json"
+    report_path.write_text(json.dumps(report, indent=2))
+    if opts.dump_dir:
+        _dump(opts.dump_dir, graph, plan, report, tree.directory)
+    return CompileResult(out_dir, out_dir / "ninfer-server", artifact_path, report_path, report)
+
+
+def _build_kernels(plan: Plan, target: Target, cache: Path, dest: Path) -> Path:
+    """Compile every kernel of the plan into one object, cached by spec names + sources."""
+    from ninfer.kernels import build_cpu_object  # imports TVM; keep it out of module import
+
+    digest = hashlib.sha256()
+    digest.update(target.stable_hash().encode())
+    for name in sorted(s.name() for s in plan.unique_kernels()):
+        digest.update(name.encode())
+    for src in sorted((ROOT / "compiler" / "ninfer" / "kernels").glob("*.py")):
+        digest.update(src.read_bytes())
+    cached = cache / f"{digest.hexdigest()[:24]}.o"
+    if not cached.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(".tmp.o")
+        build_cpu_object(plan.unique_kernels(), tmp)
+        tmp.replace(cached)
+    if not dest.exists() or dest.read_bytes() != cached.read_bytes():
+        shutil.copyfile(cached, dest)
+    return dest
+
+
+def _pending_tensors(graph: ModelGraph, ckpt: Any, plan: Plan) -> list[PendingTensor]:
+    tensors = [PendingTensor(w.name, w.shape, lambda w=w: graph.load_weight(ckpt, w))
+               for w in graph.weights]
+    cfg, ctx = graph.config, plan.limits.max_context
+    half = (ctx, cfg.head_dim // 2)
+    tensors.append(PendingTensor("rope_cos", half,
+                                 lambda: rope_tables(cfg.rope, cfg.head_dim, ctx)[0]))
+    tensors.append(PendingTensor("rope_sin", half,
+                                 lambda: rope_tables(cfg.rope, cfg.head_dim, ctx)[1]))
+    return tensors
+
+
+def _manifest(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
+              tok: TokenizerInfo, chat: Any) -> dict[str, Any]:
+    return {
+        "model": {"id": model_id, "architecture": graph.config.architecture,
+                  "config": {k: v for k, v in asdict(graph.config).items() if k != "extra"}},
+        "target": {"name": target.name, "kind": target.kind, "hash": target.stable_hash(),
+                   "arch": target.arch, "sm_count": target.sm_count},
+        "limits": asdict(plan.limits),
+        "weights": {"dtype": "f32"},
+        "tokenizer": tok.tokenizer_json,
+        "chat_format": chat.to_json() if chat is not None else None,
+        "eos_token_ids": list(tok.eos_token_ids),
+        "ninfer_version": __version__,
+    }
+
+
+def _dump(dump_dir: Path, graph: ModelGraph, plan: Plan, report: dict[str, Any],
+          src_dir: Path) -> None:
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    (dump_dir / "graph.json").write_text(json.dumps(
+        {"config": asdict(graph.config), "traits": asdict(graph.traits),
+         "weights": [asdict(w) for w in graph.weights]}, indent=2, default=str))
+    (dump_dir / "plan.json").write_text(json.dumps(plan.to_json(), indent=2))
+    (dump_dir / "report.json").write_text(json.dumps(report, indent=2))
+    shutil.copytree(src_dir, dump_dir / "generated", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("*.o"))

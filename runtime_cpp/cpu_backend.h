@@ -1,0 +1,44 @@
+// CPU backend: runs TVM-generated LLVM kernels without libtvm.
+//
+// Each kernel object exports `__tvm_ffi_<name>` with the packed TVM-FFI calling
+// convention. The objects reference a few backend hooks (parallel launch, workspace
+// allocation, error reporting) as weak function-pointer variables; cpu_backend.cpp
+// defines them over our own thread pool.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include <dlpack/dlpack.h>
+#include <tvm/ffi/c_api.h>
+
+namespace ninfer::cpu {
+
+using PackedKernel = int (*)(void* self, const TVMFFIAny* args, int32_t num_args,
+                             TVMFFIAny* result);
+
+// Threads used by parallel kernel regions (the calling thread is one of them).
+void set_num_threads(int n);
+int num_threads();
+
+inline DLDataType f32() { return DLDataType{kDLFloat, 32, 1}; }
+inline DLDataType i32() { return DLDataType{kDLInt, 32, 1}; }
+
+// Builds the argument list of one kernel call; storage lives in the object.
+class KernelArgs {
+ public:
+  KernelArgs& tensor(const void* data, DLDataType dtype, std::initializer_list<int64_t> shape);
+  KernelArgs& scalar(int64_t value);
+  // Calls the kernel; throws std::runtime_error with TVM's message if it fails.
+  void call(PackedKernel fn, const char* name);
+
+ private:
+  static constexpr int kMaxArgs = 8;
+  DLTensor tensors_[kMaxArgs]{};
+  int64_t shapes_[kMaxArgs][4]{};
+  TVMFFIAny args_[kMaxArgs]{};
+  int num_args_ = 0;
+};
+
+}  // namespace ninfer::cpu

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Quickstart, command 2: set up, lint, and run the default test suite.
+# Extra arguments go to pytest (e.g. scripts/test.sh -m unit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check compiler tests benchmarks
+export TVM_NUM_THREADS=${TVM_NUM_THREADS:-2}
+exec .venv/bin/pytest "$@"

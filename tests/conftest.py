@@ -1,0 +1,134 @@
+"""Session fixtures: tiny checkpoints built with transformers, compiled once per session.
+
+Each model is compiled into build/test-models/<name>-cpu; the kernel object cache and
+ccache make a second session cheap, and a fresh checkout (CI) builds them once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ninfer.paths import DEFAULT_BUILD_DIR
+
+TEST_MODELS = DEFAULT_BUILD_DIR / "test-models"
+MAX_CONTEXT = 256
+PREFILL_CHUNK = 16  # small, so test prompts are prefilled in several chunks
+
+
+@dataclass
+class CompiledModel:
+    name: str
+    checkpoint: Path
+    out_dir: Path
+    eos_token_ids: list[int]
+
+    @property
+    def server(self) -> Path:
+        return self.out_dir / "ninfer-server"
+
+    def hf_model(self) -> Any:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
+        return model.eval()
+
+    def hf_tokenizer(self) -> Any:
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast(tokenizer_file=str(self.checkpoint / "tokenizer.json"))
+
+    def engine(self) -> Any:
+        """The ninfer_engine module built beside the server, loaded on the artifact."""
+        found = sorted(self.out_dir.glob("ninfer_engine*.so"))
+        assert found, f"no ninfer_engine module in {self.out_dir}"
+        name = f"ninfer_engine_{self.name.replace('-', '_')}"
+        spec = importlib.util.spec_from_file_location("ninfer_engine", found[0])
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module.Engine(str(self.out_dir / "model.ninfer"), 2)
+
+
+def _make_checkpoint(name: str, directory: Path) -> list[int]:
+    """A random-weight checkpoint saved with save_pretrained (fixed seed)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from ninfer.demo.checkpoint import write_tokenizer_files
+
+    style = "qwen" if name.startswith("qwen") else "llama3"
+    facts = write_tokenizer_files(directory, style)
+    vocab = (facts["vocab_size"] + 63) // 64 * 64
+    common: dict[str, Any] = dict(
+        vocab_size=vocab, hidden_size=128, intermediate_size=320, num_hidden_layers=2,
+        num_attention_heads=4, head_dim=32, max_position_embeddings=1024,
+        rms_norm_eps=1e-6, initializer_range=0.08, bos_token_id=facts["bos_token_id"],
+        eos_token_id=facts["eos_token_id"])
+    torch.manual_seed(1234)
+    if style == "qwen":
+        config = Qwen3Config(**common, num_key_value_heads=2, rope_theta=1e6,
+                             tie_word_embeddings=False)
+        model: Any = Qwen3ForCausalLM(config)
+        dtype = torch.float32
+    else:
+        config = LlamaConfig(**common, num_key_value_heads=1, tie_word_embeddings=True,
+                             rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                           "original_max_position_embeddings": 64},
+                             rope_theta=5e5)
+        model = LlamaForCausalLM(config)
+        dtype = torch.bfloat16  # exercises bf16 checkpoints
+    with torch.no_grad():  # norms away from 1 so a skipped norm weight shows
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+    model.to(dtype).save_pretrained(directory)
+    return list(facts["eos_token_id"])
+
+
+def compiled(name: str) -> CompiledModel:
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    ckpt = TEST_MODELS / f"{name}-checkpoint"
+    stamp = ckpt / "ninfer-test.json"
+    if not stamp.exists():
+        eos = _make_checkpoint(name, ckpt)
+        stamp.write_text(json.dumps({"eos_token_ids": eos}))
+    eos = json.loads(stamp.read_text())["eos_token_ids"]
+    out = TEST_MODELS / f"{name}-cpu"
+    compile_model(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out, model_id=name,
+                                 max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK))
+    return CompiledModel(name, ckpt, out, eos)
+
+
+@pytest.fixture(scope="session")
+def qwen3_model() -> CompiledModel:
+    return compiled("qwen3-tiny")
+
+
+@pytest.fixture(scope="session")
+def llama_model() -> CompiledModel:
+    return compiled("llama-tiny")
+
+
+@pytest.fixture(scope="session", params=["qwen3-tiny", "llama-tiny"])
+def any_model(request: pytest.FixtureRequest) -> CompiledModel:
+    fixture = {"qwen3-tiny": "qwen3_model", "llama-tiny": "llama_model"}[request.param]
+    return request.getfixturevalue(fixture)
+
+
+@pytest.fixture(scope="session")
+def qwen3_server(qwen3_model: CompiledModel) -> Any:
+    from ninfer.runtime import Server
+
+    with Server(qwen3_model.out_dir, threads=2) as srv:
+        yield srv

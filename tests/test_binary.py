@@ -1,0 +1,104 @@
+"""The built binary: self-contained, refuses wrong or corrupt artifacts, checks its flags."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from ninfer.artifact import HEADER, read_manifest
+
+pytestmark = pytest.mark.e2e
+
+
+def run_server(server, *args, timeout=60):
+    return subprocess.run([str(server), "--port", "0", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_ldd_lists_only_system_libraries(qwen3_model):
+    out = subprocess.run(["ldd", str(qwen3_model.server)], capture_output=True, text=True,
+                         check=True).stdout
+    libs = re.findall(r"^\s*(\S+)(?: => (\S+))?", out, re.M)
+    assert libs
+    for name, path in libs:
+        assert not re.search(r"tvm|python", name, re.I), name
+        resolved = path or name
+        assert resolved.startswith(("/lib", "/usr/lib", "linux-vdso")), (
+            f"{name} resolves outside the system library directories: {resolved}")
+
+
+def test_refuses_truncated_artifact(qwen3_model, tmp_path):
+    bad = tmp_path / "model.ninfer"
+    data = (qwen3_model.out_dir / "model.ninfer").read_bytes()
+    bad.write_bytes(data[: len(data) // 2])
+    r = run_server(qwen3_model.server, "--artifact", str(bad))
+    assert r.returncode != 0
+    assert "truncated" in r.stderr
+
+
+def test_refuses_corrupt_tensor(qwen3_model, tmp_path):
+    src = qwen3_model.out_dir / "model.ninfer"
+    manifest = read_manifest(src)
+    entry = next(t for t in manifest["tensors"] if t["name"] == "layers.1.down")
+    data = bytearray(src.read_bytes())
+    data[entry["offset"] + 100] ^= 0xFF
+    bad = tmp_path / "model.ninfer"
+    bad.write_bytes(bytes(data))
+    r = run_server(qwen3_model.server, "--artifact", str(bad))
+    assert r.returncode != 0
+    assert "checksum mismatch in tensor 'layers.1.down'" in r.stderr
+
+
+def test_refuses_bad_magic(qwen3_model, tmp_path):
+    bad = tmp_path / "model.ninfer"
+    bad.write_bytes(b"GGUF" + b"\0" * 5000)
+    r = run_server(qwen3_model.server, "--artifact", str(bad))
+    assert r.returncode != 0 and "not a ninfer artifact" in r.stderr
+
+
+def test_refuses_artifact_for_another_target(qwen3_model, tmp_path):
+    """Rewrite the manifest's target (keeping the header checksum valid)."""
+    import xxhash
+
+    src = qwen3_model.out_dir / "model.ninfer"
+    data = bytearray(src.read_bytes())
+    magic, version, res, length, _ = HEADER.unpack_from(data)
+    manifest = json.loads(data[HEADER.size:HEADER.size + length])
+    manifest["target"]["name"] = "rtx4080s"
+    blob = json.dumps(manifest, sort_keys=True).encode()
+    blob = blob + b" " * (length - len(blob))  # same length keeps tensor offsets valid
+    assert len(blob) == length
+    data[: HEADER.size] = HEADER.pack(magic, version, res, length, xxhash.xxh64(blob).intdigest())
+    data[HEADER.size:HEADER.size + length] = blob
+    bad = tmp_path / "model.ninfer"
+    bad.write_bytes(bytes(data))
+    r = run_server(qwen3_model.server, "--artifact", str(bad))
+    assert r.returncode != 0
+    assert "compiled for target 'rtx4080s'" in r.stderr and "'cpu'" in r.stderr
+
+
+def test_max_context_above_compiled_is_refused(qwen3_model):
+    from conftest import MAX_CONTEXT
+
+    r = run_server(qwen3_model.server, "--max-context", str(MAX_CONTEXT * 2))
+    assert r.returncode != 0
+    assert f"exceeds the compiled maximum {MAX_CONTEXT}" in r.stderr
+
+
+def test_unknown_flag_is_refused(qwen3_model):
+    r = run_server(qwen3_model.server, "--frobnicate")
+    assert r.returncode != 0 and "unknown flag '--frobnicate'" in r.stderr
+
+
+def test_server_runs_from_a_copied_directory(qwen3_model, tmp_path):
+    """The binary finds model.ninfer beside itself, wherever the pair is copied."""
+    from ninfer.runtime import Server
+
+    for name in ("ninfer-server", "model.ninfer"):
+        shutil.copy2(qwen3_model.out_dir / name, tmp_path / name)
+    with Server(tmp_path, threads=1) as srv:
+        assert srv.client.get("/v1/models").json()["data"][0]["id"] == "qwen3-tiny"

@@ -1,0 +1,155 @@
+"""Frontend and plan: checkpoints -> graph, with clear errors for what is unsupported."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from ninfer.frontend import FrontendError, open_checkpoint
+from ninfer.frontend.graph import rope_tables
+from ninfer.frontend.llama import build_graph
+from ninfer.plan import PlanError, ServeLimits, make_plan
+from ninfer.targets import load_target
+
+pytestmark = pytest.mark.unit
+
+BASE = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 64,
+        "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 512, "tie_word_embeddings": True}
+
+
+def _tensors(cfg, skip=()):
+    h, inter, d = cfg["hidden_size"], cfg["intermediate_size"], 16
+    q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
+    shapes = {"model.embed_tokens.weight": (64, h), "model.norm.weight": (h,),
+              "model.layers.0.input_layernorm.weight": (h,),
+              "model.layers.0.post_attention_layernorm.weight": (h,),
+              "model.layers.0.self_attn.q_proj.weight": (q, h),
+              "model.layers.0.self_attn.k_proj.weight": (kv, h),
+              "model.layers.0.self_attn.v_proj.weight": (kv, h),
+              "model.layers.0.self_attn.q_proj.bias": (q,),
+              "model.layers.0.self_attn.k_proj.bias": (kv,),
+              "model.layers.0.self_attn.v_proj.bias": (kv,),
+              "model.layers.0.self_attn.o_proj.weight": (h, q),
+              "model.layers.0.mlp.gate_proj.weight": (inter, h),
+              "model.layers.0.mlp.up_proj.weight": (inter, h),
+              "model.layers.0.mlp.down_proj.weight": (h, inter)}
+    return {k: np.ones(v, np.float32) for k, v in shapes.items() if k not in skip}
+
+
+def make_ckpt(tmp_path, cfg=BASE, skip=(), shards=1):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
+    tensors = _tensors(BASE, skip)
+    if shards == 1:
+        save_file(tensors, str(tmp_path / "model.safetensors"))
+    else:
+        names = sorted(tensors)
+        weight_map = {}
+        for i in range(shards):
+            part = {n: tensors[n] for n in names[i::shards]}
+            fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+            save_file(part, str(tmp_path / fname))
+            weight_map.update(dict.fromkeys(part, fname))
+        (tmp_path / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": weight_map}))
+    return tmp_path
+
+
+def test_qwen2_graph_has_biases_and_fused_gate_up(tmp_path):
+    graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
+    names = {w.name for w in graph.weights}
+    assert {"layers.0.q_bias", "layers.0.k_bias", "layers.0.v_bias"} <= names
+    assert graph.weight("layers.0.gate_up").shape == (96, 32)
+    assert graph.weight("lm_head").sources == ("model.embed_tokens.weight",)  # tied
+    assert not graph.traits.qk_norm
+
+
+def test_sharded_checkpoint_reads_every_shard(tmp_path):
+    ckpt = open_checkpoint(make_ckpt(tmp_path, shards=3))
+    assert len({t.file for t in ckpt.tensors.values()}) == 3
+    graph = build_graph(ckpt)
+    gu = graph.load_weight(ckpt, graph.weight("layers.0.gate_up"))
+    assert gu.shape == (96, 32) and gu.dtype == np.float32
+
+
+def test_bf16_widening_is_exact(tmp_path):
+    import torch
+    from safetensors.torch import save_file as save_torch
+
+    ckpt_dir = make_ckpt(tmp_path)
+    values = torch.randn(64, 32).to(torch.bfloat16)
+    tensors = {k: torch.from_numpy(v) for k, v in _tensors(BASE).items()}
+    tensors["model.embed_tokens.weight"] = values
+    save_torch(tensors, str(ckpt_dir / "model.safetensors"))
+    ckpt = open_checkpoint(ckpt_dir)
+    assert ckpt.tensors["model.embed_tokens.weight"].dtype == "BF16"
+    np.testing.assert_array_equal(ckpt.load("model.embed_tokens.weight"),
+                                  values.float().numpy())
+
+
+def test_unsupported_architecture_is_named(tmp_path):
+    cfg = {**BASE, "architectures": ["GPT2LMHeadModel"]}
+    with pytest.raises(FrontendError, match=r"'GPT2LMHeadModel' is not supported.*Qwen3"):
+        build_graph(open_checkpoint(make_ckpt(tmp_path, cfg)))
+
+
+def test_missing_tensor_is_named(tmp_path):
+    ckpt = open_checkpoint(make_ckpt(tmp_path, skip=("model.layers.0.mlp.up_proj.weight",)))
+    with pytest.raises(FrontendError, match=r"missing tensor\(s\) model\.layers\.0\.mlp\.up"):
+        build_graph(ckpt)
+
+
+def test_missing_config_field_and_bad_rope(tmp_path):
+    cfg = {k: v for k, v in BASE.items() if k != "hidden_size"}
+    with pytest.raises(FrontendError, match="missing required field 'hidden_size'"):
+        open_checkpoint(make_ckpt(tmp_path / "a", cfg))
+    cfg = {**BASE, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    with pytest.raises(FrontendError, match="rope type 'yarn' is not supported"):
+        open_checkpoint(make_ckpt(tmp_path / "b", cfg))
+
+
+def test_no_weights_and_missing_dir(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(BASE))
+    with pytest.raises(FrontendError, match=r"no \*\.safetensors"):
+        open_checkpoint(tmp_path)
+    with pytest.raises(FrontendError, match="does not exist"):
+        open_checkpoint(tmp_path / "nope")
+
+
+def test_plan_fails_with_numbers_when_memory_does_not_fit(tmp_path):
+    graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
+    target = load_target("cpu").with_overrides(memory_gib=0.01)
+    with pytest.raises(PlanError, match=r"weights .* GiB \+ KV cache .* > 0\.01 GiB"):
+        make_plan(graph, target, ServeLimits(max_context=512, max_prefill_chunk=64))
+
+
+def test_plan_rejects_context_beyond_model(tmp_path):
+    graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
+    with pytest.raises(PlanError, match="max_position_embeddings 512"):
+        make_plan(graph, load_target("cpu"), ServeLimits(max_context=1024, max_prefill_chunk=8))
+
+
+def test_rope_tables_match_transformers():
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from ninfer.frontend.config import RopeConfig
+
+    raw = {"rope_theta": 5e5, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64}}
+    cfg = LlamaConfig(hidden_size=128, num_attention_heads=4, head_dim=32,
+                      max_position_embeddings=512, **raw)
+    emb = LlamaRotaryEmbedding(cfg)
+    pos = torch.arange(300)[None]
+    cos, sin = emb(torch.zeros(1, 300, 32), pos)
+    our_cos, our_sin = rope_tables(RopeConfig.from_hf(raw), 32, 300)
+    np.testing.assert_allclose(our_cos, cos[0, :, :16].numpy(), atol=1e-6)
+    np.testing.assert_allclose(our_sin, sin[0, :, :16].numpy(), atol=1e-6)
