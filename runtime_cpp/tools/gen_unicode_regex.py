@@ -1,0 +1,156 @@
+"""Generate runtime_cpp/unicode_regex_tables.h: Unicode category additions for PCRE2.
+
+Usage: python runtime_cpp/tools/gen_unicode_regex.py [--output PATH] [--check]
+
+Hugging Face tokenizers runs pre-tokenizer regexes with Oniguruma, whose Unicode data is newer
+than the PCRE2 the C++ runtime links (and than Python's `unicodedata`, which stands in for
+PCRE2's data here: both are Unicode 14 on the supported platforms). Characters assigned since
+then are letters/numbers/... to Oniguruma but unassigned (Cn) to PCRE2. For every general
+category this script asks the installed `tokenizers` which code points Oniguruma's `\\p{X}`
+matches beyond `unicodedata`'s, and writes them as PCRE2 class items; the C++ pattern
+translation appends them wherever `\\p{X}` appears. Code points that left a category (rare
+recategorizations, and everything newly assigned for Cn/C) cannot be subtracted inside a PCRE2
+class and are only listed in the header comment. Run it with a Python whose Unicode version
+is not newer than the oldest PCRE2 the runtime links (additions are harmless when PCRE2 already
+knows a character; characters missing from both would be missed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import unicodedata
+from collections import defaultdict
+from pathlib import Path
+
+from tokenizers import Regex, pre_tokenizers
+
+OUTPUT = Path(__file__).resolve().parents[1] / "unicode_regex_tables.h"
+CODE_POINTS = [cp for cp in range(0x110000) if not 0xD800 <= cp < 0xE000]
+
+
+def onig_matches(pattern: str, cps: list[int]) -> set[int]:
+    """The code points among `cps` that Oniguruma's `pattern` (one character) matches."""
+    if not cps:
+        return set()
+    splitter = pre_tokenizers.Split(Regex(pattern), behavior="removed")
+    kept = set("".join(piece for piece, _ in splitter.pre_tokenize_str("".join(map(chr, cps)))))
+    return {cp for cp in cps if chr(cp) not in kept}
+
+
+def ranges(cps: set[int]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for cp in sorted(cps):
+        if out and out[-1][1] == cp - 1:
+            out[-1][1] = cp
+        else:
+            out.append([cp, cp])
+    return [(a, b) for a, b in out]
+
+
+def collect() -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """Per category: code points Oniguruma adds, and code points it no longer has."""
+    category = {cp: unicodedata.category(chr(cp)) for cp in CODE_POINTS}
+    by_category: dict[str, list[int]] = defaultdict(list)
+    for cp, cat in category.items():
+        by_category[cat].append(cp)
+    minors = [name for name in sorted(by_category) if name != "Cn"]
+    removed: dict[str, set[int]] = defaultdict(set)
+    # Newly assigned characters: unassigned for unicodedata, not \p{Cn} for Oniguruma.
+    new = set(by_category["Cn"]) - onig_matches(r"\p{Cn}", by_category["Cn"])
+    removed["Cn"] = new
+    candidates = set(new)
+    # Recategorized characters: in a category for unicodedata but not for Oniguruma.
+    for name in minors:
+        left = set(by_category[name]) - onig_matches(rf"\p{{{name}}}", by_category[name])
+        removed[name] |= left
+        candidates |= left
+    onig_category: dict[int, str] = {}
+    for name in minors:
+        for cp in onig_matches(rf"\p{{{name}}}", sorted(candidates)):
+            onig_category[cp] = name
+    added: dict[str, set[int]] = defaultdict(set)
+    for cp, name in onig_category.items():
+        old = category[cp]
+        added[name].add(cp)
+        if name[0] != old[0]:
+            added[name[0]].add(cp)
+            removed[old[0]].add(cp)
+    return dict(added), dict(removed)
+
+
+def class_items(rs: list[tuple[int, int]]) -> list[str]:
+    """PCRE2 class items, escaped for a C++ string literal."""
+    return [f"\\\\x{{{a:X}}}" + (f"-\\\\x{{{b:X}}}" if b != a else "") for a, b in rs]
+
+
+def literal_lines(items: list[str], width: int = 88) -> str:
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + len(item) <= width:
+            lines[-1] += item
+        else:
+            lines.append(item)
+    return "\n".join(f'      "{line}"' for line in lines)
+
+
+def render() -> str:
+    added, removed = collect()
+    rows = []
+    for name in sorted(added):
+        body = literal_lines(class_items(ranges(added[name])))
+        rows.append(f'    {{"{name}",\n{body}}},')
+    notes = []
+    for name in sorted(removed):
+        if name in ("C", "Cn") or not removed[name]:
+            continue
+        listed = ", ".join(
+            f"U+{a:04X}" + (f"-U+{b:04X}" if b != a else "") for a, b in ranges(removed[name])
+        )
+        notes.append(f"//   \\p{{{name}}} still matches {listed}")
+    if removed.get("Cn"):
+        count = len(removed["Cn"])
+        notes.append(f"//   \p{{Cn}} and \p{{C}} still match the {count} new characters")
+    note_text = "\n".join(notes) or "//   (none)"
+    table = "\n".join(rows)
+    return f"""\
+// generated by runtime_cpp/tools/gen_unicode_regex.py, do not edit.
+// Code points each Unicode general category gained between Python unicodedata
+// {unicodedata.unidata_version} (standing in for PCRE2's data) and Hugging Face tokenizers'
+// Oniguruma, as PCRE2 class items. Differences this cannot express:
+{note_text}
+#pragma once
+
+namespace ninfer::regex_tables {{
+
+struct CategoryAdditions {{
+  const char* category;
+  const char* class_items;
+}};
+
+inline constexpr CategoryAdditions kCategoryAdditions[] = {{
+{table}
+}};
+
+}}  // namespace ninfer::regex_tables
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--check", action="store_true", help="fail if the file is out of date")
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        current = args.output.read_text() if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is out of date; rerun {Path(__file__).name}", file=sys.stderr)
+            return 1
+        return 0
+    args.output.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
