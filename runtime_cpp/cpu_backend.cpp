@@ -11,6 +11,13 @@
 
 #include <tvm/runtime/c_backend_api.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define NINFER_CPU_RELAX() _mm_pause()
+#else
+#define NINFER_CPU_RELAX() ((void)0)
+#endif
+
 namespace ninfer::cpu {
 namespace {
 
@@ -21,6 +28,10 @@ thread_local std::string g_last_error;
 // and then sleep on a condition variable.
 class ThreadPool {
  public:
+  // Spin (then yield) this long before sleeping: launches in one forward pass come
+  // back to back, and a condition-variable wake-up costs tens of microseconds.
+  static constexpr int kSpinIterations = 20000;
+
   explicit ThreadPool(int n) { resize(n); }
   ~ThreadPool() { stop(); }
 
@@ -47,7 +58,10 @@ class ThreadPool {
     }
     cv_.notify_all();
     int rc = fn(0, &env_, cdata);
-    while (pending_.load(std::memory_order_acquire) != 0) {
+    // Yield while waiting so an oversubscribed machine still runs the workers.
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+      if (spin < 1000) NINFER_CPU_RELAX();
+      else std::this_thread::yield();
     }
     return rc != 0 ? rc : status_.load();
   }
@@ -57,7 +71,9 @@ class ThreadPool {
     uint64_t seen = 0;
     for (;;) {
       uint64_t gen = generation_.load(std::memory_order_acquire);
-      for (int spin = 0; gen == seen && spin < 200000; ++spin) {
+      for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
+        if (spin < 1000) NINFER_CPU_RELAX();
+        else std::this_thread::yield();
         gen = generation_.load(std::memory_order_acquire);
       }
       if (gen == seen) {
