@@ -1,0 +1,75 @@
+"""CPU kernel library: spec -> scheduled TIR PrimFunc -> one LLVM object file.
+
+The object exports `__tvm_ffi_<spec.name()>` per kernel with TVM's packed FFI ABI
+(DLTensor pointers and int64 scalars, in `spec.signature()` order). The host program
+provides `__TVMBackendParallelLaunch` (thread pool) and `__TVMBackendAllocWorkspace` /
+`__TVMBackendFreeWorkspace`; tensors must be 64-byte aligned and compact row-major.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import tvm
+from tvm import tirx
+
+from . import cpu_attention, cpu_elementwise, cpu_matmul
+from .spec import KernelSpec
+
+_BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
+    "embedding": cpu_elementwise.embedding,
+    "rmsnorm": cpu_elementwise.rmsnorm,
+    "matmul": cpu_matmul.matmul,
+    "rope": cpu_elementwise.rope,
+    "silu_mul": cpu_elementwise.silu_mul,
+    "add": cpu_elementwise.add,
+    "attention": cpu_attention.attention,
+}
+
+
+def cpu_target() -> tvm.target.Target:
+    """LLVM target for this machine's CPU (the string "native" would fall back to generic)."""
+    mcpu = tvm.target.codegen.llvm_get_system_cpu()
+    return tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+
+
+def cpu_primfunc(spec: KernelSpec) -> tirx.PrimFunc:
+    """The scheduled PrimFunc of one kernel, exported as `spec.name()`."""
+    try:
+        build = _BUILDERS[spec.family]
+    except KeyError:
+        raise NotImplementedError(f"no CPU kernel for family {spec.family!r}") from None
+    return build(spec).with_attr("global_symbol", spec.name())
+
+
+def _module(specs: Iterable[KernelSpec]) -> tvm.IRModule:
+    funcs: dict[str, tirx.PrimFunc] = {}
+    for spec in specs:
+        name = spec.name()
+        if name not in funcs:
+            funcs[name] = cpu_primfunc(spec)
+    if not funcs:
+        raise ValueError("no kernel specs given; pass at least one spec")
+    return tvm.IRModule(funcs)
+
+
+# StorageRewrite would re-create the kernels' stack scratch buffers without their
+# "disable_lower_builtin" mark (see cpu_common.scratch), turning them into per-iteration
+# TVMBackendAllocWorkspace calls. The kernels allocate nothing else, so it has nothing
+# else to do.
+_PASS_CONFIG = {"tirx.disable_storage_rewrite": True}
+
+
+def build_cpu_module(specs: Iterable[KernelSpec]) -> tvm.runtime.Executable:
+    """Compile all specs into one executable; `ex[spec.name()](*args)` runs a kernel."""
+    with tvm.transform.PassContext(config=_PASS_CONFIG):
+        return tvm.compile(_module(specs), target=cpu_target())
+
+
+def build_cpu_object(specs: Iterable[KernelSpec], out_path: Path) -> Path:
+    """Compile all specs once and write a single relocatable object file to `out_path`."""
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    build_cpu_module(specs).mod.write_to_file(str(out_path))
+    return out_path

@@ -1,0 +1,202 @@
+"""CPU causal attention over a KV cache, one pass with online softmax.
+
+A work item is R query vectors that read the same kv head g: S of g's query heads (S is
+the largest divisor of the GQA group up to 4) for M rows. Rows are taken MQ = 8 / S at a
+time while enough are left (prefill) and one at a time for the rest (decode is n = 1), so
+that no work is spent on padding rows; items run in parallel, spread over rows, kv heads
+and head subgroups. Every key/value load is shared by the R queries of an item. Keys are
+visited in blocks of KEY_BLOCK:
+
+1. scores s[r, j] = (q[r] * scale) . k[j]: head_dim / VW vector FMAs per query and key,
+   then a horizontal sum; keys past a row's causal limit get -1e30 (exactly 0 after exp).
+   Meanwhile the values of this block and the keys of the next are prefetched, since
+   cache rows are kv_heads * head_dim floats apart and defeat the hardware prefetcher;
+2. online softmax: m' = max(m, max_j s), corr = exp(m - m'), p = exp(s - m'),
+   l = l * corr + sum(p), acc *= corr;
+3. acc[r, :] += sum_j p[r, j] * v[j, :], a few head_dim vectors at a time held in
+   registers for all R queries.
+
+All state (scaled queries, scores, accumulators) lives in small per-item stack buffers:
+no global scratch, nothing sized by the context length. Key and value loads are clamped
+to the last row of the item, so no cache row past pos0 + n - 1 is ever read.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.script import tirx as T
+
+from .cpu_common import (
+    F32,
+    LINE_FLOATS,
+    VECTOR_LANES,
+    f32,
+    fast_exp,
+    hmax,
+    hsum,
+    i64,
+    prefetch,
+    scratch,
+)
+from .spec import AttentionSpec
+
+VW = VECTOR_LANES
+KEY_BLOCK = 32  # keys per online-softmax step (multiple of VW)
+MAX_SUBGROUP = 4  # query heads sharing one work item
+MAX_QUERIES = 8  # query vectors per work item: R accumulators + loads in 16 registers
+NEG = -1.0e30  # score of a masked key; fast_exp flushes exp(NEG - m) to 0
+
+
+def _subgroup(group: int) -> int:
+    """Largest divisor of `group` not above MAX_SUBGROUP."""
+    return max(d for d in range(1, min(group, MAX_SUBGROUP) + 1) if group % d == 0)
+
+
+def _pv_chunk(rows: int, dv: int) -> int:
+    """head_dim vectors per step of the p @ v loop: rows * chunk accumulators stay in
+    registers (at most 12 of the 16), and the chunk divides head_dim / VW."""
+    return max(d for d in range(1, max(1, 12 // rows) + 1) if dv % d == 0)
+
+
+def attention(spec: AttentionSpec) -> tirx.PrimFunc:
+    H, KVH, D, C = spec.heads, spec.kv_heads, spec.head_dim, spec.max_ctx
+    if D % VW:
+        raise NotImplementedError(
+            f"{spec.name()}: the CPU attention kernel needs head_dim to be a multiple of "
+            f"{VW}, got {D}"
+        )
+    G = spec.group
+    S = _subgroup(G)  # query heads per work item
+    NS = G // S  # work items per (row, kv head)
+    NI = KVH * NS  # work items per row (tile)
+    MQ = MAX_QUERIES // S  # query rows per work item in the multi-row pass
+    DV = D // VW
+    B = KEY_BLOCK
+    BV = B // VW
+    LINES = -(-D // LINE_FLOATS)  # cache lines per key row
+    scale = D**-0.5
+
+    @T.macro
+    def attend(q, kc, vc, out, pos0, i0, g, h0, M):
+        # Rows i0..i0+M-1 x heads h0..h0+S-1 (all reading kv head g) = R query vectors,
+        # r = row * S + head.
+        R = T.meta_var(M * S)
+        DC = T.meta_var(_pv_chunk(R, DV))
+        qs = scratch((R, D))
+        acc = scratch((R, D))
+        sc = scratch((R, B))
+        dot = scratch((R, VW))
+        vec = scratch((R, VW))
+        pv = scratch((R, DC * VW))
+        m = scratch((R,))
+        mnew = scratch((R,))
+        lsum = scratch((R,))
+        corr = scratch((R,))
+        last = T.bind(pos0 + i0 + (M - 1))  # last key row any of the rows may see
+        for r in range(R):
+            m[r] = f32(NEG)
+            lsum[r] = f32(0.0)
+            for dv in range(DV):
+                for v in T.vectorized(VW):
+                    qs[r, dv * VW + v] = q[i0 + r // S, h0 + r % S, dv * VW + v] * f32(scale)
+                    acc[r, dv * VW + v] = f32(0.0)
+        for jb in range((last + B) // B):
+            # 1. scores of this key block
+            for jj in range(B):
+                jc = T.bind(T.min(jb * B + jj, last))
+                for line in T.unroll(LINES):  # values for step 3, keys of the next block
+                    T.evaluate(prefetch(vc, jc, g, line * LINE_FLOATS))
+                    T.evaluate(prefetch(kc, T.min(jb * B + jj + B, last), g, line * LINE_FLOATS))
+                for r in T.unroll(R):
+                    for v in T.vectorized(VW):
+                        dot[r, v] = f32(0.0)
+                for dv in range(DV):
+                    for r in T.unroll(R):
+                        for v in T.vectorized(VW):
+                            dot[r, v] = dot[r, v] + qs[r, dv * VW + v] * kc[jc, g, dv * VW + v]
+                for r in T.unroll(R):
+                    sc[r, jj] = T.Select(jb * B + jj <= pos0 + i0 + r // S, hsum(dot, r), f32(NEG))
+            # 2. online softmax update
+            for r in range(R):
+                for v in T.vectorized(VW):
+                    vec[r, v] = sc[r, v]
+                for bv in range(1, BV):
+                    for v in T.vectorized(VW):
+                        vec[r, v] = T.max(vec[r, v], sc[r, bv * VW + v])
+                mnew[r] = T.max(m[r], hmax(vec, r))
+                for v in T.vectorized(VW):
+                    dot[r, v] = f32(0.0)
+                for bv in range(BV):
+                    for v in T.vectorized(VW):
+                        sc[r, bv * VW + v] = fast_exp(sc[r, bv * VW + v] - mnew[r])
+                        dot[r, v] = dot[r, v] + sc[r, bv * VW + v]
+                corr[r] = fast_exp(m[r] - mnew[r])
+                m[r] = mnew[r]
+                lsum[r] = lsum[r] * corr[r] + hsum(dot, r)
+            # 3. acc = acc * corr + p @ v, DC head_dim vectors at a time in registers
+            for dc in range(DV // DC):
+                for r in T.unroll(R):
+                    for d in T.unroll(DC):
+                        for v in T.vectorized(VW):
+                            pv[r, d * VW + v] = acc[r, (dc * DC + d) * VW + v] * corr[r]
+                for jj in range(B):
+                    jc = T.bind(T.min(jb * B + jj, last))
+                    for r in T.unroll(R):
+                        for d in T.unroll(DC):
+                            for v in T.vectorized(VW):
+                                pv[r, d * VW + v] = (
+                                    pv[r, d * VW + v]
+                                    + sc[r, jj] * vc[jc, g, (dc * DC + d) * VW + v]
+                                )
+                for r in T.unroll(R):
+                    for d in T.unroll(DC):
+                        for v in T.vectorized(VW):
+                            acc[r, (dc * DC + d) * VW + v] = pv[r, d * VW + v]
+        for r in range(R):
+            corr[r] = f32(1.0) / lsum[r]
+            for dv in range(DV):
+                for v in T.vectorized(VW):
+                    out[i0 + r // S, h0 + r % S, dv * VW + v] = acc[r, dv * VW + v] * corr[r]
+
+    @T.prim_func(private=True)
+    def kernel(q_h: T.handle, k_h: T.handle, v_h: T.handle, pos0: T.int64, o_h: T.handle):
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        q = T.match_buffer(q_h, (n, i64(H), i64(D)), F32)
+        kc = T.match_buffer(k_h, (i64(C), i64(KVH), i64(D)), F32)
+        vc = T.match_buffer(v_h, (i64(C), i64(KVH), i64(D)), F32)
+        out = T.match_buffer(o_h, (n, i64(H), i64(D)), F32)
+        assert pos0 >= i64(0), "attention: pos0 must be >= 0"
+        assert pos0 + n <= i64(C), "attention: pos0 + n exceeds max_ctx of the KV cache"
+        # Multi-row tiles. Later rows see more keys, and the thread pool hands each thread
+        # a contiguous range of items, so tiles are taken in zigzag order (first, last,
+        # second, second to last, ...) to give every thread a similar amount of work.
+        for item in T.parallel(n // MQ * NI):
+            u = T.bind(item // NI)
+            tile = T.bind(T.Select(u % 2 == 0, u // 2, n // MQ - 1 - u // 2))
+            attend(
+                q,
+                kc,
+                vc,
+                out,
+                pos0,
+                tile * MQ,
+                item % NI // NS,
+                item % NI // NS * G + item % NS * S,
+                MQ,
+            )
+        # Leftover rows (all rows when decoding), one per item.
+        for item in T.parallel(n % MQ * NI):
+            attend(
+                q,
+                kc,
+                vc,
+                out,
+                pos0,
+                n // MQ * MQ + item // NI,
+                item % NI // NS,
+                item % NI // NS * G + item % NS * S,
+                1,
+            )
+
+    return kernel

@@ -1,0 +1,104 @@
+"""Shared pieces of the CPU kernels: tile constants and vector-friendly math.
+
+Kernels are written directly as TIR (TVMScript) with explicit parallel, unrolled and
+vectorized loops; the helpers here build expressions that the LLVM backend turns into
+straight-line SIMD code (no libm calls, no global scratch).
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.script.ir_builder import tirx as irb
+
+# float32 lanes of one AVX2 register. AVX-512 machines run the same code on ymm registers;
+# a wider value here is the single switch for them.
+VECTOR_LANES = 8
+
+F32 = "float32"
+
+LINE_FLOATS = 16  # float32 values per 64-byte cache line
+
+_LOG2E = 1.4426950408889634
+# ln(2) split in a part exact in float32 and a small remainder (Cody-Waite reduction).
+_LN2_HI = 0.693359375
+_LN2_LO = -2.12194440e-4
+# exp() inputs are clamped to this range so that 2^k stays a normal float; below the low
+# end the result is flushed to exactly 0.
+_EXP_LO = -87.0
+_EXP_HI = 88.0
+
+
+def f32(value: float) -> tirx.PrimExpr:
+    return tirx.const(value, F32)
+
+
+def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """exp(x) in float32 from a degree-7 polynomial and an exponent bit shift.
+
+    Relative error is a few ulp. Unlike `tirx.exp`, which LLVM scalarizes into `expf`
+    calls, this vectorizes.
+    """
+    xv = tirx.Var("x", F32)
+    xc = tirx.Var("xc", F32)
+    k = tirx.Var("k", F32)
+    r = tirx.Var("r", F32)
+    # Taylor series of e^r on |r| <= ln(2)/2: the first omitted term is below 5e-9.
+    p = f32(1.0 / 5040.0)
+    for coef in (1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
+        p = p * r + f32(coef)
+    bits = tirx.shift_left(tirx.Cast("int32", k) + tirx.const(127, "int32"), 23)
+    body = tirx.Select(xv < f32(_EXP_LO), f32(0.0), p * tirx.reinterpret(F32, bits))
+    body = tirx.Let(r, xc - k * f32(_LN2_HI) - k * f32(_LN2_LO), body)
+    body = tirx.Let(k, tirx.floor(xc * f32(_LOG2E) + f32(0.5)), body)
+    body = tirx.Let(xc, tirx.max(tirx.min(xv, f32(_EXP_HI)), f32(_EXP_LO)), body)
+    return tirx.Let(xv, x, body)
+
+
+def hsum(buf: tirx.Buffer, *prefix: tirx.PrimExpr) -> tirx.PrimExpr:
+    """Sum of buf[*prefix, 0:VECTOR_LANES] as a balanced tree (short dependency chains)."""
+    terms = [buf[(*prefix, v)] for v in range(VECTOR_LANES)]
+    while len(terms) > 1:
+        half = len(terms) // 2
+        terms = [terms[i] + terms[i + half] for i in range(half)]
+    return terms[0]
+
+
+def hmax(buf: tirx.Buffer, *prefix: tirx.PrimExpr) -> tirx.PrimExpr:
+    """Maximum of buf[*prefix, 0:VECTOR_LANES] as a balanced tree."""
+    terms = [buf[(*prefix, v)] for v in range(VECTOR_LANES)]
+    while len(terms) > 1:
+        half = len(terms) // 2
+        terms = [tirx.max(terms[i], terms[i + half]) for i in range(half)]
+    return terms[0]
+
+
+def prefetch(buf: tirx.Buffer, *index: tirx.PrimExpr) -> tirx.PrimExpr:
+    """Hint the cache line holding buf[index] into L1 (a no-op for correctness)."""
+    i32 = "int32"
+    return tirx.call_llvm_intrin(
+        "void",
+        "llvm.prefetch.p0",
+        tirx.address_of(buf[index]),
+        tirx.const(0, i32),
+        tirx.const(3, i32),
+        tirx.const(1, i32),  # read, keep, data
+    )
+
+
+def scratch(shape: tuple[int, ...], dtype: str = F32) -> tirx.Buffer:
+    """A small per-iteration buffer on the stack, for use inside TVMScript kernels.
+
+    TVM lowers "local"-scope buffers (and plain `x = ...` assignments, which TVMScript
+    turns into one-element local buffers) into TVMBackendAllocWorkspace calls, one per
+    iteration of a parallel loop. A "global" buffer marked `disable_lower_builtin` is
+    emitted by LLVM as a fixed stack slot instead, which it promotes to registers when
+    all indices are constant. Bind scalars with `T.bind(...)` for the same reason.
+    """
+    return irb.alloc_buffer(
+        shape, dtype, scope="global", annotations={"disable_lower_builtin": True}
+    )
+
+
+def i64(value: int) -> tirx.IntImm:
+    """Index constant in the kernels' single index dtype."""
+    return tirx.IntImm("int64", value)

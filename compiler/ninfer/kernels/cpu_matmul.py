@@ -1,0 +1,167 @@
+"""CPU matmul out = x @ w.T (+ bias) with w stored [n_out, k].
+
+Both operands are contiguous along k, so the micro-kernel is a block of dot products:
+MR rows of x against NR rows of w, with MR * NR vector accumulators of VECTOR_LANES lanes
+held in registers while k advances one vector at a time; each accumulator is summed
+horizontally at the end. This needs no packing or transposition of w.
+
+- "gemv" (decode, a few rows): MR = 1, the whole k in one pass, parallel over blocks of
+  NR output columns. Memory-bound: w streams through once per call, its NR rows stay in
+  L1 while the few x rows are reused against them.
+- "gemm" (prefill): MR x NR register tile, k split into KB-long blocks and rows into
+  MB-row blocks so that an x block stays in L2 while w panels stream past it; parallel over
+  panels of output columns (each thread owns its columns, so no reduction across threads).
+
+Leftovers are handled by narrower loops: rows that do not fill an MR tile run the 1-row
+micro-kernel, columns that do not fill an NR tile run a 1-column one, and k % VECTOR_LANES
+trailing products are added by a scalar loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import tirx
+from tvm.script import tirx as T
+
+from .cpu_common import F32, VECTOR_LANES, f32, hsum, i64, scratch
+from .spec import MatmulSpec
+
+VW = VECTOR_LANES
+
+
+@dataclass(frozen=True)
+class MatmulTiles:
+    """Register and cache tile sizes (16 ymm registers: MR * NR accumulators + loads)."""
+
+    mr: int  # rows of x per micro-kernel
+    nr: int  # rows of w (output columns) per micro-kernel
+    kb: int  # k elements per cache block (multiple of VW)
+    mb: int  # rows of x per cache block (multiple of mr)
+    panels: int  # desired number of column panels to spread over threads
+
+
+GEMV_TILES = MatmulTiles(mr=1, nr=4, kb=1 << 30, mb=1, panels=0)
+GEMM_TILES = MatmulTiles(mr=4, nr=3, kb=1024, mb=32, panels=16)
+
+
+def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
+    tiles = GEMV_TILES if spec.schedule == "gemv" else GEMM_TILES
+    return _matmul(spec, tiles)
+
+
+def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
+    K, N, has_bias = spec.k, spec.n_out, spec.bias
+    MR, NR = tl.mr, tl.nr
+    KV = K // VW  # full k vectors
+    K0 = KV * VW  # start of the scalar k tail
+    KT = K - K0
+    KBV = max(1, min(KV, tl.kb // VW))  # k vectors per cache block
+    NKB = -(-KV // KBV) if KV else 0
+    MB = tl.mb
+    NJB = N // NR  # full column tiles
+    N0 = NJB * NR  # first column of the tail
+    if tl.panels:
+        G = max(1, min(64, -(-NJB // tl.panels)))  # column tiles per parallel panel
+    else:
+        G = 1
+    NP = -(-NJB // G)
+
+    @T.macro
+    def micro(x, w, out, acc, i0, j0, kv0, kvn, R, C):
+        # out[i0:i0+R, j0:j0+C] += x[i0:i0+R, k] . w[j0:j0+C, k] over k in the kv0..kv0+kvn vectors
+        for r in T.unroll(R):
+            for c in T.unroll(C):
+                for v in T.vectorized(VW):
+                    acc[r, c, v] = f32(0.0)
+        for kv in range(kvn):
+            for r in T.unroll(R):
+                for c in T.unroll(C):
+                    for v in T.vectorized(VW):
+                        acc[r, c, v] = acc[r, c, v] + (
+                            x[i0 + r, (kv0 + kv) * VW + v] * w[j0 + c, (kv0 + kv) * VW + v]
+                        )
+        for r in T.unroll(R):
+            for c in T.unroll(C):
+                out[i0 + r, j0 + c] = out[i0 + r, j0 + c] + hsum(acc, r, c)
+
+    @T.macro
+    def init_and_tail(x, w, bias, out, n, j0, j1):
+        # out[:, j0:j1] = bias (or 0), plus the scalar k tail.
+        for i in range(n):
+            for j in range(j0, j1):
+                if has_bias:
+                    out[i, j] = bias[j]
+                else:
+                    out[i, j] = f32(0.0)
+                for t in range(KT):
+                    out[i, j] = out[i, j] + x[i, K0 + t] * w[j, K0 + t]
+
+    @T.macro
+    def gemv_body(x, w, bias, out, n):
+        for jb in T.parallel(NJB):
+            acc = scratch((1, NR, VW))
+            init_and_tail(x, w, bias, out, n, jb * NR, jb * NR + NR)
+            for i in range(n):
+                micro(x, w, out, acc, i, jb * NR, 0, KV, 1, NR)
+
+    @T.macro
+    def gemm_body(x, w, bias, out, n):
+        for p in T.parallel(NP):
+            acc = scratch((MR, NR, VW))
+            jb_end = T.bind(T.min(p * G + G, NJB))
+            init_and_tail(x, w, bias, out, n, p * G * NR, jb_end * NR)
+            for kb in range(NKB):
+                kv0 = T.bind(kb * KBV)
+                kvn = T.bind(T.min(KBV, KV - kv0))
+                for io in range((n + (MB - 1)) // MB):
+                    rows = T.bind(T.min(n - io * MB, i64(MB)))
+                    full = T.bind(rows // MR * MR)
+                    for jb in range(p * G, jb_end):
+                        for ib in range(rows // MR):
+                            micro(x, w, out, acc, io * MB + ib * MR, jb * NR, kv0, kvn, MR, NR)
+                        for ii in range(full, rows):
+                            micro(x, w, out, acc, io * MB + ii, jb * NR, kv0, kvn, 1, NR)
+
+    @T.macro
+    def column_tail(x, w, bias, out, n):
+        # The N % NR last columns, one at a time.
+        for jt in T.parallel(N - N0):
+            acc = scratch((1, 1, VW))
+            init_and_tail(x, w, bias, out, n, N0 + jt, N0 + jt + 1)
+            for i in range(n):
+                micro(x, w, out, acc, i, N0 + jt, 0, KV, 1, 1)
+
+    @T.macro
+    def body(x, w, bias, out, n):
+        if MR == 1:
+            gemv_body(x, w, bias, out, n)
+        else:
+            gemm_body(x, w, bias, out, n)
+        if N0 < N:
+            column_tail(x, w, bias, out, n)
+
+    if has_bias:
+
+        @T.prim_func(private=True)
+        def kernel(x_h: T.handle, w_h: T.handle, b_h: T.handle, o_h: T.handle):
+            T.func_attr({"tirx.noalias": True})
+            n = T.int64()
+            x = T.match_buffer(x_h, (n, i64(K)), F32)
+            w = T.match_buffer(w_h, (i64(N), i64(K)), F32)
+            bias = T.match_buffer(b_h, (i64(N),), F32)
+            out = T.match_buffer(o_h, (n, i64(N)), F32)
+            body(x, w, bias, out, n)
+
+    else:
+
+        @T.prim_func(private=True)
+        def kernel(x_h: T.handle, w_h: T.handle, o_h: T.handle):
+            T.func_attr({"tirx.noalias": True})
+            n = T.int64()
+            x = T.match_buffer(x_h, (n, i64(K)), F32)
+            w = T.match_buffer(w_h, (i64(N), i64(K)), F32)
+            out = T.match_buffer(o_h, (n, i64(N)), F32)
+            body(x, w, None, out, n)
+
+    return kernel

@@ -1,0 +1,265 @@
+"""Kernel specs: one frozen dataclass per kernel family.
+
+A spec is the complete description of one kernel instance. Its `name()` is deterministic
+in its fields and is a valid C identifier, so it doubles as the exported symbol
+(`__tvm_ffi_<name>`) and as the key in kernel tables. `signature()` is the exact argument
+list the compiled kernel takes, in order; `"n"` in a shape is the symbolic number of token
+rows (1 for decode, up to the prefill chunk for prefill).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+Dim = int | str
+ArgKind = Literal["tensor", "scalar"]
+
+# Weight formats a spec may name. Only float32 has kernels so far; f16 and group-quantized
+# integer formats get added here together with their kernels.
+WEIGHT_DTYPES = ("float32",)
+_DTYPE_CODES = {"float32": "f32"}
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel argument. Scalars have shape ()."""
+
+    name: str
+    kind: ArgKind
+    dtype: str
+    shape: tuple[Dim, ...]
+
+
+def _tensor(name: str, dtype: str, *shape: Dim) -> Arg:
+    return Arg(name, "tensor", dtype, tuple(shape))
+
+
+def _require_positive(spec: object, *fields: str) -> None:
+    for f in fields:
+        value = getattr(spec, f)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{type(spec).__name__}.{f} must be a positive int, got {value!r}")
+
+
+def _require_wdtype(spec: object, wdtype: str) -> None:
+    if wdtype not in WEIGHT_DTYPES:
+        raise ValueError(
+            f"{type(spec).__name__}: weight dtype {wdtype!r} has no kernels yet; "
+            f"supported: {', '.join(WEIGHT_DTYPES)}"
+        )
+
+
+def _float_token(x: float) -> str:
+    """Shortest round-trip repr of a float, spelled as an identifier: 1e-06 -> 1em06."""
+    return repr(float(x)).replace("-", "m").replace("+", "").replace(".", "p")
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """out[i, :] = table[ids[i], :] (ids outside [0, vocab) are clamped into range)."""
+
+    family: ClassVar[str] = "embedding"
+    vocab: int
+    hidden: int
+    wdtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "vocab", "hidden")
+        _require_wdtype(self, self.wdtype)
+
+    def name(self) -> str:
+        return f"embedding_v{self.vocab}_h{self.hidden}_{_DTYPE_CODES[self.wdtype]}"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("ids", "int32", "n"),
+            _tensor("table", self.wdtype, self.vocab, self.hidden),
+            _tensor("out", "float32", "n", self.hidden),
+        ]
+
+
+@dataclass(frozen=True)
+class RMSNormSpec:
+    """out = x / sqrt(mean(x^2) + eps) * w over the last axis, in float32.
+
+    Also used for per-head q/k norm: the caller passes rows = tokens * heads.
+    """
+
+    family: ClassVar[str] = "rmsnorm"
+    hidden: int
+    eps: float
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "hidden")
+        if not self.eps > 0:
+            raise ValueError(f"RMSNormSpec.eps must be > 0, got {self.eps!r}")
+
+    def name(self) -> str:
+        return f"rmsnorm_h{self.hidden}_eps{_float_token(self.eps)}_f32"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("x", "float32", "n", self.hidden),
+            _tensor("w", "float32", self.hidden),
+            _tensor("out", "float32", "n", self.hidden),
+        ]
+
+
+@dataclass(frozen=True)
+class MatmulSpec:
+    """out = x @ w.T (+ bias); w is stored [n_out, k] as in Hugging Face checkpoints.
+
+    `schedule` picks the loop structure: "gemv" for a handful of rows (decode),
+    "gemm" for prefill chunks. Both are correct for any n >= 1.
+    """
+
+    family: ClassVar[str] = "matmul"
+    k: int
+    n_out: int
+    bias: bool = False
+    schedule: Literal["gemv", "gemm"] = "gemv"
+    wdtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "k", "n_out")
+        _require_wdtype(self, self.wdtype)
+        if self.schedule not in ("gemv", "gemm"):
+            raise ValueError(f"MatmulSpec.schedule must be 'gemv' or 'gemm', got {self.schedule!r}")
+
+    def name(self) -> str:
+        bias = "_bias" if self.bias else ""
+        code = _DTYPE_CODES[self.wdtype]
+        return f"matmul_k{self.k}_n{self.n_out}_{code}{bias}_{self.schedule}"
+
+    def signature(self) -> list[Arg]:
+        args = [
+            _tensor("x", "float32", "n", self.k),
+            _tensor("w", self.wdtype, self.n_out, self.k),
+        ]
+        if self.bias:
+            args.append(_tensor("bias", "float32", self.n_out))
+        args.append(_tensor("out", "float32", "n", self.n_out))
+        return args
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """Rotary embedding, Hugging Face rotate_half (NeoX) convention, with h = head_dim / 2:
+
+    out[.., d] = x[.., d] * cos - x[.., d + h] * sin
+    out[.., d + h] = x[.., d + h] * cos + x[.., d] * sin,  cos/sin = table[pos[i], d].
+    Positions outside [0, max_pos) are clamped into range.
+    """
+
+    family: ClassVar[str] = "rope"
+    heads: int
+    head_dim: int
+    max_pos: int
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "heads", "head_dim", "max_pos")
+        if self.head_dim % 2:
+            raise ValueError(f"RopeSpec.head_dim must be even, got {self.head_dim}")
+
+    def name(self) -> str:
+        return f"rope_h{self.heads}_d{self.head_dim}_p{self.max_pos}_f32"
+
+    def signature(self) -> list[Arg]:
+        half = self.head_dim // 2
+        return [
+            _tensor("x", "float32", "n", self.heads, self.head_dim),
+            _tensor("pos", "int32", "n"),
+            _tensor("cos", "float32", self.max_pos, half),
+            _tensor("sin", "float32", self.max_pos, half),
+            _tensor("out", "float32", "n", self.heads, self.head_dim),
+        ]
+
+
+@dataclass(frozen=True)
+class SiluMulSpec:
+    """out = silu(gu[:, :inter]) * gu[:, inter:] with silu(a) = a / (1 + exp(-a))."""
+
+    family: ClassVar[str] = "silu_mul"
+    inter: int
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "inter")
+
+    def name(self) -> str:
+        return f"silu_mul_i{self.inter}_f32"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("gu", "float32", "n", 2 * self.inter),
+            _tensor("out", "float32", "n", self.inter),
+        ]
+
+
+@dataclass(frozen=True)
+class AddSpec:
+    """out = a + b (residual add)."""
+
+    family: ClassVar[str] = "add"
+    hidden: int
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "hidden")
+
+    def name(self) -> str:
+        return f"add_h{self.hidden}_f32"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("a", "float32", "n", self.hidden),
+            _tensor("b", "float32", "n", self.hidden),
+            _tensor("out", "float32", "n", self.hidden),
+        ]
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """Causal attention of n new query rows against a KV cache.
+
+    Query row i sits at absolute position pos0 + i and attends cache rows 0..pos0 + i
+    (the caller has already written the n new keys/values at rows pos0..pos0 + n - 1).
+    Head h reads kv head h // (heads // kv_heads); scale = head_dim ** -0.5.
+    The kernel raises if pos0 < 0 or pos0 + n > max_ctx.
+    """
+
+    family: ClassVar[str] = "attention"
+    heads: int
+    kv_heads: int
+    head_dim: int
+    max_ctx: int
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "heads", "kv_heads", "head_dim", "max_ctx")
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"AttentionSpec: heads ({self.heads}) must be a multiple of "
+                f"kv_heads ({self.kv_heads})"
+            )
+
+    @property
+    def group(self) -> int:
+        """Query heads per kv head."""
+        return self.heads // self.kv_heads
+
+    def name(self) -> str:
+        return f"attention_h{self.heads}_kv{self.kv_heads}_d{self.head_dim}_c{self.max_ctx}_f32"
+
+    def signature(self) -> list[Arg]:
+        cache = (self.max_ctx, self.kv_heads, self.head_dim)
+        return [
+            _tensor("q", "float32", "n", self.heads, self.head_dim),
+            _tensor("k_cache", "float32", *cache),
+            _tensor("v_cache", "float32", *cache),
+            Arg("pos0", "scalar", "int64", ()),
+            _tensor("out", "float32", "n", self.heads, self.head_dim),
+        ]
+
+
+KernelSpec = (
+    EmbeddingSpec | RMSNormSpec | MatmulSpec | RopeSpec | SiluMulSpec | AddSpec | AttentionSpec
+)
