@@ -40,7 +40,8 @@ class ThreadPool {
   void resize(int n) {
     stop();
     stopping_ = false;
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { worker(i); });
+    const uint64_t current = generation_.load();
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, current] { worker(i, current); });
   }
 
   int run(FTVMParallelLambda fn, void* cdata, int num_task) {
@@ -67,8 +68,9 @@ class ThreadPool {
   }
 
  private:
-  void worker(int id) {
-    uint64_t seen = 0;
+  // `seen` starts at the generation current at creation: work launched before this
+  // worker existed is not its to run.
+  void worker(int id, uint64_t seen) {
     for (;;) {
       uint64_t gen = generation_.load(std::memory_order_acquire);
       for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {

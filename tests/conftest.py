@@ -6,9 +6,7 @@ ccache make a second session cheap, and a fresh checkout (CI) builds them once.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,16 +44,10 @@ class CompiledModel:
         return PreTrainedTokenizerFast(tokenizer_file=str(self.checkpoint / "tokenizer.json"))
 
     def engine(self) -> Any:
-        """The ninfer_engine module built beside the server, loaded on the artifact."""
-        found = sorted(self.out_dir.glob("ninfer_engine*.so"))
-        assert found, f"no ninfer_engine module in {self.out_dir}"
-        name = f"ninfer_engine_{self.name.replace('-', '_')}"
-        spec = importlib.util.spec_from_file_location("ninfer_engine", found[0])
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module.Engine(str(self.out_dir / "model.ninfer"), 2)
+        """The model's Python module (same runtime and kernels), loaded on the artifact."""
+        from ninfer.runtime.engine import load_engine
+
+        return load_engine(self.out_dir, threads=2)
 
 
 def _make_checkpoint(name: str, directory: Path) -> list[int]:

@@ -69,6 +69,7 @@ def test_refuses_artifact_for_another_target(qwen3_model, tmp_path):
     magic, version, res, length, _ = HEADER.unpack_from(data)
     manifest = json.loads(data[HEADER.size:HEADER.size + length])
     manifest["target"]["name"] = "rtx4080s"
+    manifest["model"]["id"] = manifest["model"]["id"][:-5]  # keep the length unchanged
     blob = json.dumps(manifest, sort_keys=True).encode()
     blob = blob + b" " * (length - len(blob))  # same length keeps tensor offsets valid
     assert len(blob) == length

@@ -12,7 +12,8 @@ namespace py = pybind11;
 
 void ninfer_bind_tokenizer(py::module_& m) {
   using ninfer::Tokenizer;
-  py::class_<Tokenizer>(m, "Tokenizer")
+  // module_local: several compiled models (each its own module) may share a process.
+  py::class_<Tokenizer>(m, "Tokenizer", py::module_local())
       .def(py::init([](const std::string& tokenizer_json) {
              return Tokenizer::from_json(nlohmann::json::parse(tokenizer_json));
            }),

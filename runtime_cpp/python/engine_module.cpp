@@ -1,4 +1,4 @@
-// The `ninfer_engine` Python module, built beside ninfer-server over the same runtime
+// The `ninfer_engine_<model>` Python module, built beside ninfer-server over the same runtime
 // and generated model: load an artifact, tokenize, run forward passes, read logits.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -104,9 +104,14 @@ class PyEngine {
 }  // namespace
 }  // namespace ninfer
 
-PYBIND11_MODULE(ninfer_engine, m) {
+#ifndef NINFER_MODULE_NAME
+#define NINFER_MODULE_NAME ninfer_engine
+#endif
+
+PYBIND11_MODULE(NINFER_MODULE_NAME, m) {
   m.doc() = "ninfer compiled model (same runtime and kernels as ninfer-server)";
-  py::class_<ninfer::PyEngine>(m, "Engine")
+  // module_local: several compiled models (each its own module) may share a process.
+  py::class_<ninfer::PyEngine>(m, "Engine", py::module_local())
       .def(py::init<const std::string&, int>(), py::arg("artifact"), py::arg("threads") = 0)
       .def("forward", &ninfer::PyEngine::forward, py::arg("tokens"), py::arg("pos0") = 0,
            "Run tokens at positions pos0.. and return the last position's logits")

@@ -41,6 +41,7 @@ def _environment() -> jinja2.Environment:
 
 
 def model_slug(model_id: str) -> str:
+    """`model_id` as a C identifier fragment (names the model's Python module)."""
     return re.sub(r"[^A-Za-z0-9_]", "_", model_id) or "model"
 
 
