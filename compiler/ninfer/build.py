@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ninfer.paths import ROOT
+
 
 class BuildError(RuntimeError):
     """The C++ build failed; the message carries the tail of the compiler output."""
@@ -25,7 +27,8 @@ def _tool(name: str) -> str:
 def cmake_build(src_dir: Path, build_dir: Path, jobs: int | None = None,
                 log: Path | None = None) -> None:
     build_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "CCACHE_BASEDIR": str(src_dir.parents[1])}
+    # Paths under the repository hash as relative paths, so ccache hits across checkouts.
+    env = {**os.environ, "CCACHE_BASEDIR": str(ROOT)}
     configure = [_tool("cmake"), "-S", str(src_dir), "-B", str(build_dir), "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", f"-DPython_EXECUTABLE={sys.executable}",
                  "-DCMAKE_BUILD_TYPE=Release"]
