@@ -51,9 +51,20 @@ class CompiledModel:
 
 
 def _make_checkpoint(name: str, directory: Path) -> list[int]:
-    """A random-weight checkpoint saved with save_pretrained (fixed seed)."""
+    """A random-weight checkpoint saved with save_pretrained (fixed seed).
+
+    qwen3-tiny: fp32, untied, q/k norm. llama-tiny: bf16, tied, GQA 4, llama3 rope
+    scaling. qwen2-tiny: fp16, tied, q/k/v bias.
+    """
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     from ninfer.demo.checkpoint import write_tokenizer_files
 
@@ -66,11 +77,20 @@ def _make_checkpoint(name: str, directory: Path) -> list[int]:
         rms_norm_eps=1e-6, initializer_range=0.08, bos_token_id=facts["bos_token_id"],
         eos_token_id=facts["eos_token_id"])
     torch.manual_seed(1234)
-    if style == "qwen":
+    if name.startswith("qwen3"):
         config = Qwen3Config(**common, num_key_value_heads=2, rope_theta=1e6,
                              tie_word_embeddings=False)
         model: Any = Qwen3ForCausalLM(config)
         dtype = torch.float32
+    elif name.startswith("qwen2"):
+        config = Qwen2Config(**common, num_key_value_heads=4, rope_theta=1e4,
+                             tie_word_embeddings=True)
+        model = Qwen2ForCausalLM(config)
+        with torch.no_grad():  # make the q/k/v biases matter
+            for pname, p in model.named_parameters():
+                if pname.endswith("proj.bias"):
+                    p.copy_(0.5 * torch.randn_like(p))
+        dtype = torch.float16  # exercises fp16 checkpoints
     else:
         config = LlamaConfig(**common, num_key_value_heads=1, tie_word_embeddings=True,
                              rope_scaling={"rope_type": "llama3", "factor": 8.0,
@@ -112,10 +132,18 @@ def llama_model() -> CompiledModel:
     return compiled("llama-tiny")
 
 
-@pytest.fixture(scope="session", params=["qwen3-tiny", "llama-tiny"])
+@pytest.fixture(scope="session")
+def qwen2_model() -> CompiledModel:
+    return compiled("qwen2-tiny")
+
+
+MODEL_FIXTURES = {"qwen3-tiny": "qwen3_model", "llama-tiny": "llama_model",
+                  "qwen2-tiny": "qwen2_model"}
+
+
+@pytest.fixture(scope="session", params=sorted(MODEL_FIXTURES))
 def any_model(request: pytest.FixtureRequest) -> CompiledModel:
-    fixture = {"qwen3-tiny": "qwen3_model", "llama-tiny": "llama_model"}[request.param]
-    return request.getfixturevalue(fixture)
+    return request.getfixturevalue(MODEL_FIXTURES[request.param])
 
 
 @pytest.fixture(scope="session")

@@ -80,3 +80,15 @@ def test_greedy_32_tokens_identical_through_server(any_model, hf, prompt):
     assert body["prompt_token_ids"] == ids
     assert body["choices"][0]["token_ids"] == expected
     assert body["choices"][0]["text"] == tok.decode(expected, skip_special_tokens=True)
+
+
+def test_text_prompt_tokenized_as_hugging_face_does(any_model, hf):
+    """The server applies the tokenizer's post-processor (e.g. Llama's BOS) like HF."""
+    from ninfer.runtime import Server
+
+    _, tok, _ = hf
+    with Server(any_model.out_dir, threads=1) as srv:
+        for prompt in PROMPTS:
+            r = srv.client.post("/v1/completions", json={
+                "prompt": prompt, "max_tokens": 1, "return_token_ids": True})
+            assert r.json()["prompt_token_ids"] == tok.encode(prompt)

@@ -59,7 +59,8 @@ def write_artifact(path: Path, manifest: dict[str, Any], tensors: Iterable[Pendi
     padding the checksum fields to constant width).
     """
     pending = list(tensors)
-    table, offset = [], 0
+    table: list[dict[str, Any]] = []
+    offset = 0
     for t in pending:
         nbytes = 4 * int(np.prod(t.shape, dtype=np.int64))
         table.append({"name": t.name, "dtype": "f32", "shape": list(t.shape),

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ninfer import __version__
 from ninfer.artifact import PendingTensor, write_artifact
 from ninfer.build import cmake_build
@@ -18,7 +20,7 @@ from ninfer.codegen import render_tree
 from ninfer.frontend import open_checkpoint
 from ninfer.frontend.chat_template import compile_chat_template
 from ninfer.frontend.config import FrontendError
-from ninfer.frontend.graph import ModelGraph, rope_tables
+from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.llama import build_graph
 from ninfer.frontend.tokenizer import TokenizerInfo, tokenizer_info
 from ninfer.paths import DEFAULT_BUILD_DIR, ROOT
@@ -151,8 +153,10 @@ def _build_kernels(plan: Plan, target: Target, cache: Path, dest: Path) -> Path:
 
 
 def _pending_tensors(graph: ModelGraph, ckpt: Any, plan: Plan) -> list[PendingTensor]:
-    tensors = [PendingTensor(w.name, w.shape, lambda w=w: graph.load_weight(ckpt, w))
-               for w in graph.weights]
+    def loader(w: WeightSpec) -> Callable[[], np.ndarray]:
+        return lambda: graph.load_weight(ckpt, w)
+
+    tensors = [PendingTensor(w.name, w.shape, loader(w)) for w in graph.weights]
     cfg, ctx = graph.config, plan.limits.max_context
     half = (ctx, cfg.head_dim // 2)
     tensors.append(PendingTensor("rope_cos", half,

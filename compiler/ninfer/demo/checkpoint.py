@@ -47,6 +47,7 @@ def write_tokenizer_files(directory: Path, style: Style, vocab_size: int = 2048)
     (directory / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
     ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
     total = max([*tok["model"]["vocab"].values(), *ids.values()]) + 1
+    config: dict[str, Any]
     if style == "qwen":
         config = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
                   "chat_template": chat_templates.DEMO_TEMPLATE}

@@ -1,0 +1,125 @@
+"""Decode and prefill speed of a compiled model vs. transformers, measured in one run.
+
+    .venv/bin/python benchmarks/bench_decode.py --size small --threads 2
+
+Builds a random-weight Qwen3 checkpoint of the chosen size with transformers (fixed
+seed), compiles it for `cpu`, and times, with the same thread count on both sides:
+  - decode: tokens/s of single-token forward passes at context ~128
+  - prefill: tokens/s of a 256-token prompt (ninfer in chunks of --chunk)
+Prints each number and the ratio ninfer / transformers. Not a test: numbers depend on
+the machine; record them in benchmarks/RESULTS.md with the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+SIZES = {  # hidden, intermediate, layers, heads, kv heads
+    "small": (512, 1536, 8, 8, 4),
+    "medium": (1024, 3072, 16, 16, 8),
+}
+
+
+def build_checkpoint(directory: Path, size: str) -> None:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from ninfer.demo.checkpoint import write_tokenizer_files
+
+    if (directory / "config.json").exists():
+        return
+    facts = write_tokenizer_files(directory, "qwen", vocab_size=8192)
+    hidden, inter, layers, heads, kv = SIZES[size]
+    config = Qwen3Config(vocab_size=(facts["vocab_size"] + 63) // 64 * 64, hidden_size=hidden,
+                         intermediate_size=inter, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv, head_dim=64,
+                         max_position_embeddings=4096, tie_word_embeddings=False,
+                         eos_token_id=facts["eos_token_id"])
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(config).save_pretrained(directory)
+
+
+def best_rate(fn, tokens: int, repeats: int) -> float:
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        rates.append(tokens / (time.perf_counter() - t0))
+    return max(rates)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", choices=sorted(SIZES), default="small")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--decode-tokens", type=int, default=64)
+    args = ap.parse_args()
+    os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+
+    import torch
+
+    from ninfer.paths import DEFAULT_BUILD_DIR
+    from ninfer.pipeline import CompileOptions, compile_model
+    from ninfer.runtime.engine import load_engine
+
+    torch.set_num_threads(args.threads)
+    root = DEFAULT_BUILD_DIR / "bench"
+    ckpt = root / f"qwen3-{args.size}"
+    build_checkpoint(ckpt, args.size)
+    out = root / f"qwen3-{args.size}-cpu"
+    compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id=f"qwen3-{args.size}",
+                                 max_context=1024, max_prefill_chunk=args.chunk))
+    engine = load_engine(out, threads=args.threads)
+
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    params = sum(p.numel() for p in hf.parameters())
+    prompt = list(range(10, 10 + 256))
+    n_dec = args.decode_tokens
+
+    # ninfer
+    def ninfer_prefill() -> None:
+        engine.forward(prompt, 0)
+
+    def ninfer_decode() -> None:
+        for i in range(n_dec):
+            engine.forward([7], 128 + i)
+
+    engine.forward(prompt[:128], 0)
+    ours_dec = best_rate(ninfer_decode, n_dec, 3)
+    ours_pre = best_rate(ninfer_prefill, len(prompt), 3)
+
+    # transformers, same threads, KV cache on
+    def hf_prefill() -> None:
+        with torch.no_grad():
+            hf(torch.tensor([prompt]), use_cache=False)
+
+    with torch.no_grad():
+        cache = hf(torch.tensor([prompt[:128]]), use_cache=True).past_key_values
+
+    def hf_decode() -> None:
+        nonlocal cache
+        with torch.no_grad():
+            for _ in range(n_dec):
+                cache = hf(torch.tensor([[7]]), past_key_values=cache,
+                           use_cache=True).past_key_values
+
+    ref_dec = best_rate(hf_decode, n_dec, 3)
+    ref_pre = best_rate(hf_prefill, len(prompt), 3)
+
+    gb = params * 4 / 1e9
+    print(f"model: random Qwen3 '{args.size}', {params / 1e6:.0f}M params, fp32 weights "
+          f"{gb:.2f} GB; threads={args.threads}")
+    print(f"{'':10}{'ninfer':>12}{'transformers':>14}{'ratio':>8}")
+    print(f"{'decode':10}{ours_dec:>10.1f}/s{ref_dec:>12.1f}/s{ours_dec / ref_dec:>8.2f}")
+    print(f"{'prefill':10}{ours_pre:>10.1f}/s{ref_pre:>12.1f}/s{ours_pre / ref_pre:>8.2f}")
+    print(f"ninfer decode streams {ours_dec * gb:.1f} GB/s of weights")
+
+
+if __name__ == "__main__":
+    main()

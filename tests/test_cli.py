@@ -1,0 +1,72 @@
+"""`ninfer-compile` and `ninfer-chat`: the embedded default and clear failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import TEST_MODELS
+
+
+def run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.unit
+def test_demo_checkpoint_is_deterministic(tmp_path):
+    from ninfer.demo.checkpoint import write_demo_checkpoint
+
+    a = write_demo_checkpoint(tmp_path / "a")
+    b = write_demo_checkpoint(tmp_path / "b")
+    names = sorted(p.name for p in a.iterdir())
+    assert names == ["config.json", "generation_config.json", "model.safetensors",
+                     "tokenizer.json", "tokenizer_config.json"]
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model", "/nonexistent/model"], "does not exist"),
+    (["--target", "rtx4080s"], "CUDA target"),
+    (["--target", "nosuchgpu"], "unknown target 'nosuchgpu'"),
+    (["--max-context", "100000"], "exceeds the model's max_position_embeddings"),
+    (["--memory-gib", "0.001"], "does not fit"),
+])
+def test_compile_errors_are_clear(tmp_path, args, message):
+    r = run("-m", "ninfer.cli", "-o", str(tmp_path / "out"), *args)
+    assert r.returncode == 1
+    assert message in r.stderr
+
+
+@pytest.mark.e2e
+def test_default_compile_then_chat_prints_reply_and_timings():
+    """The quickstart's main job, through the same entry points the README uses."""
+    out = TEST_MODELS / "demo-cpu"
+    r = run("-m", "ninfer.cli", "-o", str(out), "--max-context", "512",
+            "--no-python-module")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(out.resolve())
+    report = json.loads((out / "compile_report.json").read_text())
+    assert report["model_id"] == "ninfer-demo"
+    assert report["architecture"] == "Qwen3ForCausalLM"
+    assert set(report["stage_seconds"]) == {"target", "frontend", "plan", "kernels",
+                                            "codegen", "artifact", "build"}
+    chat = run("-m", "ninfer.runtime.chat", str(out), "Hello there", "--max-tokens", "8")
+    assert chat.returncode == 0, chat.stderr
+    lines = chat.stdout.splitlines()
+    assert lines[0] == "user: Hello there"
+    assert lines[1].startswith("assistant: ")
+    assert "tokens/s" in lines[2] and "reply:" in lines[2]
+
+
+@pytest.mark.unit
+def test_runtime_wrapper_does_not_import_tvm():
+    r = run("-c", "import sys, ninfer.runtime, ninfer.runtime.engine, ninfer.runtime.chat; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('tvm', 'tvm_ffi', 'torch')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    assert r.returncode == 0, r.stdout + r.stderr
