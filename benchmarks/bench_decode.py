@@ -31,7 +31,7 @@ def build_checkpoint(directory: Path, size: str) -> None:
 
     if (directory / "config.json").exists():
         return
-    facts = write_tokenizer_files(directory, "qwen", vocab_size=8192)
+    facts = write_tokenizer_files(directory, "qwen", vocab_size=2048)
     hidden, inter, layers, heads, kv = SIZES[size]
     config = Qwen3Config(vocab_size=(facts["vocab_size"] + 63) // 64 * 64, hidden_size=hidden,
                          intermediate_size=inter, num_hidden_layers=layers,
@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=64)
     args = ap.parse_args()
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    # numpy's OpenBLAS threads spin after each call and steal cores from ninfer's pool.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     import torch
 
