@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check compiler tests benchmarks
+.venv/bin/ruff check compiler tests benchmarks runtime_cpp/tools
 .venv/bin/mypy
 export TVM_NUM_THREADS=${TVM_NUM_THREADS:-2}
 exec .venv/bin/pytest "$@"

@@ -17,12 +17,12 @@ knows a character; characters missing from both would be missed).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import unicodedata
 from collections import defaultdict
 from pathlib import Path
 
+from _generator import generator_main
 from tokenizers import Regex, pre_tokenizers
 
 OUTPUT = Path(__file__).resolve().parents[1] / "unicode_regex_tables.h"
@@ -137,19 +137,7 @@ inline constexpr CategoryAdditions kCategoryAdditions[] = {{
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=OUTPUT)
-    parser.add_argument("--check", action="store_true", help="fail if the file is out of date")
-    args = parser.parse_args()
-    text = render()
-    if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date; rerun {Path(__file__).name}", file=sys.stderr)
-            return 1
-        return 0
-    args.output.write_text(text)
-    return 0
+    return generator_main(__doc__ or "", OUTPUT, render, __file__)
 
 
 if __name__ == "__main__":
