@@ -11,6 +11,7 @@ import jinja2
 import pybind11
 import tvm_ffi
 
+from ninfer.codegen.stubs import make_stub
 from ninfer.frontend.graph import ModelGraph
 from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
 from ninfer.plan import Plan
@@ -21,6 +22,15 @@ RUNTIME_SOURCES = (
     "added_tokens.cpp", "api.cpp", "artifact.cpp", "bpe.cpp", "chat_format.cpp",
     "cpu_backend.cpp", "engine.cpp", "pcre2_regex.cpp", "pretokenize.cpp", "sampling.cpp",
     "stop_matcher.cpp", "tokenizer.cpp", "tokenizer_json.cpp", "unicode_nfc.cpp", "utf8.cpp",
+)
+
+
+# (template, generated file) pairs of the cpu backend.
+GENERATED_FILES = (
+    ("model.cpp.j2", "model.cpp"),
+    ("kernels.h.j2", "kernels.h"),
+    ("launch_cpu.cpp.j2", "launch.cpp"),
+    ("CMakeLists.txt.j2", "CMakeLists.txt"),
 )
 
 
@@ -65,10 +75,7 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
     env = _environment()
     src_dir.mkdir(parents=True, exist_ok=True)
     kernels = {role: spec.name() for role, spec in plan.kernels.items()}
-
-    def fn(role: str) -> str:
-        return f'__tvm_ffi_{kernels[role]}, "{kernels[role]}"'
-
+    stubs = [make_stub(spec) for spec in sorted(plan.unique_kernels(), key=lambda s: s.name())]
     context = {
         "model_id": model_id,
         "model_slug": model_slug(model_id),
@@ -78,9 +85,8 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "target_hash": target.stable_hash(),
         "limits": plan.limits,
         "kernels": kernels,
-        "kernel_names": sorted(set(kernels.values())),
+        "stubs": stubs,
         "buffers": plan.buffers,
-        "fn": fn,
         "runtime_dir": str(RUNTIME_DIR),
         "runtime_sources": runtime_sources(),
         "tvm_includes": tvm_include_dirs(),
@@ -91,8 +97,7 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "python_include": sysconfig.get_paths()["include"],
     }
     written = []
-    for template, name in (("model.cpp.j2", "model.cpp"), ("CMakeLists.txt.j2",
-                                                           "CMakeLists.txt")):
+    for template, name in GENERATED_FILES:
         text = env.get_template(template).render(**context)
         path = src_dir / name
         if not path.exists() or path.read_text() != text:  # keep mtimes for Ninja
