@@ -19,7 +19,7 @@
 #include "api.h"
 #include "artifact.h"
 #include "chat_format.h"
-#include "cpu_backend.h"
+#include "backend.h"
 #include "engine.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -36,11 +36,12 @@ struct Options {
   int max_context = 0;
   std::string artifact;
   bool verify_checksums = true;
+  bool allow_more_sms = false;
 };
 
 const char* kUsage =
     "usage: ninfer-server [--host H] [--port P] [--threads N] [--max-context N]\n"
-    "                     [--artifact FILE] [--no-verify-checksums]\n"
+    "                     [--artifact FILE] [--no-verify-checksums] [--allow-more-sms]\n"
     "  --port 0 picks a free port and prints it.\n";
 
 Options parse_args(int argc, char** argv) {
@@ -65,6 +66,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--max-context") o.max_context = integer(i);
     else if (a == "--artifact") o.artifact = value(i);
     else if (a == "--no-verify-checksums") o.verify_checksums = false;
+    else if (a == "--allow-more-sms") o.allow_more_sms = true;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);
@@ -256,7 +258,7 @@ int run(int argc, char** argv) {
                                 std::to_string(compiled.max_context) +
                                 "; recompile with --max-context " +
                                 std::to_string(opt.max_context) + " or pass a smaller value");
-  if (opt.threads > 0) cpu::set_num_threads(opt.threads);
+  backend::init({opt.threads, opt.allow_more_sms});
 
   const std::string path = opt.artifact.empty() ? default_artifact(argv[0]) : opt.artifact;
   Artifact artifact(path, compiled.target, compiled.target_hash, opt.verify_checksums);
@@ -277,8 +279,8 @@ int run(int argc, char** argv) {
     port = -1;
   }
   if (port < 0) throw std::runtime_error("cannot listen on " + opt.host + ":" + std::to_string(opt.port));
-  std::printf("ninfer-server: model %s, target %s, %d threads, context %d\n",
-              server.model_id.c_str(), compiled.target.c_str(), cpu::num_threads(),
+  std::printf("ninfer-server: model %s, target %s, %s, context %d\n",
+              server.model_id.c_str(), compiled.target.c_str(), backend::describe().c_str(),
               engine.context_limit());
   std::printf("ninfer-server listening on http://%s:%d\n", opt.host.c_str(), port);
   std::fflush(stdout);

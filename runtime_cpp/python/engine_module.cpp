@@ -11,7 +11,7 @@
 
 #include "artifact.h"
 #include "chat_format.h"
-#include "cpu_backend.h"
+#include "backend.h"
 #include "model.h"
 #include "sampling.h"
 #include "tokenizer.h"
@@ -27,7 +27,7 @@ namespace {
 class PyEngine {
  public:
   PyEngine(const std::string& path, int threads) {
-    if (threads > 0) cpu::set_num_threads(threads);
+    backend::init({threads, false});
     const ModelInfo& info = compiled_model_info();
     artifact_ = std::make_unique<Artifact>(path, info.target, info.target_hash);
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_json(artifact_->manifest().at("tokenizer")));
@@ -85,7 +85,7 @@ class PyEngine {
     d["max_context"] = i.max_context;
     d["max_prefill_chunk"] = i.max_prefill_chunk;
     d["num_layers"] = i.num_layers;
-    d["threads"] = cpu::num_threads();
+    d["backend"] = backend::describe();
     return d;
   }
 

@@ -17,12 +17,17 @@ from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
 from ninfer.plan import Plan
 from ninfer.targets import Target
 
-# Model-independent runtime sources compiled into every server (runtime_cpp/).
+# Model-independent runtime sources compiled into every server (runtime_cpp/), and the
+# sources of each backend.
 RUNTIME_SOURCES = (
     "added_tokens.cpp", "api.cpp", "artifact.cpp", "bpe.cpp", "chat_format.cpp",
-    "cpu_backend.cpp", "engine.cpp", "pcre2_regex.cpp", "pretokenize.cpp", "sampling.cpp",
+    "engine.cpp", "pcre2_regex.cpp", "pretokenize.cpp", "sampling.cpp",
     "stop_matcher.cpp", "tokenizer.cpp", "tokenizer_json.cpp", "unicode_nfc.cpp", "utf8.cpp",
 )
+BACKEND_SOURCES = {
+    "cpu": ("cpu_backend.cpp", "cpu_memory.cpp"),
+    "cuda": ("cuda_backend.cpp", "cuda_memory.cpp"),
+}
 
 
 # (template, generated file) pairs of the cpu backend.
@@ -61,11 +66,12 @@ def tvm_include_dirs() -> list[str]:
     return [str(base), str(tvm_inc)]
 
 
-def runtime_sources() -> list[str]:
-    missing = [s for s in RUNTIME_SOURCES if not (RUNTIME_DIR / s).exists()]
+def runtime_sources(kind: str) -> list[str]:
+    sources = [*RUNTIME_SOURCES, *BACKEND_SOURCES[kind]]
+    missing = [s for s in sources if not (RUNTIME_DIR / s).exists()]
     if missing:
         raise FileNotFoundError(f"runtime_cpp is incomplete: missing {', '.join(missing)}")
-    return list(RUNTIME_SOURCES)
+    return sources
 
 
 def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
@@ -88,7 +94,7 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "stubs": stubs,
         "buffers": plan.buffers,
         "runtime_dir": str(RUNTIME_DIR),
-        "runtime_sources": runtime_sources(),
+        "runtime_sources": runtime_sources(target.kind),
         "tvm_includes": tvm_include_dirs(),
         "kernel_object": str(kernel_object),
         "out_dir": str(out_dir),

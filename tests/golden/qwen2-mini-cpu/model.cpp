@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "artifact.h"
+#include "backend.h"
 #include "kernels.h"
 #include "model.h"
 
@@ -39,23 +40,11 @@ struct LayerWeights {
       *post_norm, *gate_up, *down;
 };
 
-float* alloc_floats(size_t n) {
-  void* p = nullptr;
-  if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0) throw std::bad_alloc();
-  std::memset(p, 0, n * sizeof(float));
-  return static_cast<float*>(p);
-}
-
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<float, FreeDeleter>;
-
 class GeneratedModel final : public Model {
  public:
   explicit GeneratedModel(const Artifact& a) {
     auto t = [&](const std::string& name, std::vector<int64_t> shape) {
-      return a.tensor(name, shape);
+      return mem_.weight(a, name, shape);
     };
     embed_ = t("embed", {kVocab, kHidden});
     final_norm_ = t("final_norm", {kHidden});
@@ -77,20 +66,23 @@ class GeneratedModel final : public Model {
       w.post_norm = t(p + "post_norm", {kHidden});
       w.gate_up = t(p + "gate_up", {2 * kInter, kHidden});
       w.down = t(p + "down", {kHidden, kInter});
-      k_cache_[l].reset(alloc_floats(size_t(kMaxContext) * kKvDim));
-      v_cache_[l].reset(alloc_floats(size_t(kMaxContext) * kKvDim));
+      k_cache_[l] = mem_.floats(size_t(kMaxContext) * kKvDim);
+      v_cache_[l] = mem_.floats(size_t(kMaxContext) * kKvDim);
     }
-    x_.reset(alloc_floats(size_t(kMaxChunk) * 32));
-    res_.reset(alloc_floats(size_t(kMaxChunk) * 32));
-    h_.reset(alloc_floats(size_t(kMaxChunk) * 32));
-    q_.reset(alloc_floats(size_t(kMaxChunk) * 32));
-    qr_.reset(alloc_floats(size_t(kMaxChunk) * 32));
-    k_.reset(alloc_floats(size_t(kMaxChunk) * 16));
-    kn_.reset(alloc_floats(size_t(kMaxChunk) * 16));
-    att_.reset(alloc_floats(size_t(kMaxChunk) * 32));
-    o_.reset(alloc_floats(size_t(kMaxChunk) * 32));
-    gu_.reset(alloc_floats(size_t(kMaxChunk) * 96));
-    act_.reset(alloc_floats(size_t(kMaxChunk) * 48));
+    x_ = mem_.floats(size_t(kMaxChunk) * 32);
+    res_ = mem_.floats(size_t(kMaxChunk) * 32);
+    h_ = mem_.floats(size_t(kMaxChunk) * 32);
+    q_ = mem_.floats(size_t(kMaxChunk) * 32);
+    qr_ = mem_.floats(size_t(kMaxChunk) * 32);
+    k_ = mem_.floats(size_t(kMaxChunk) * 16);
+    kn_ = mem_.floats(size_t(kMaxChunk) * 16);
+    att_ = mem_.floats(size_t(kMaxChunk) * 32);
+    o_ = mem_.floats(size_t(kMaxChunk) * 32);
+    gu_ = mem_.floats(size_t(kMaxChunk) * 96);
+    act_ = mem_.floats(size_t(kMaxChunk) * 48);
+    tokens_ = mem_.ints(kMaxChunk);
+    pos_ = mem_.ints(kMaxChunk);
+    logits_ = mem_.floats(kVocab);
   }
 
   const ModelInfo& info() const override { return compiled_model_info(); }
@@ -106,57 +98,65 @@ class GeneratedModel final : public Model {
         throw std::out_of_range("token id " + std::to_string(tokens[i]) + " out of range");
     std::vector<int32_t> pos(n);
     for (int i = 0; i < n; ++i) pos[i] = pos0 + i;
-    float *x = x_.get(), *res = res_.get(), *h = h_.get();
+    backend::to_device(tokens_, tokens, sizeof(int32_t) * n);
+    backend::to_device(pos_, pos.data(), sizeof(int32_t) * n);
+    float *x = x_, *res = res_, *h = h_;
 
-    embedding_v64_h32_f32(tokens, embed_, x, n);
+    embedding_v64_h32_f32(tokens_, embed_, x, n);
     for (int l = 0; l < kLayers; ++l) {
       const LayerWeights& w = layers_[l];
-      float* kc = k_cache_[l].get();
-      float* vc = v_cache_[l].get();
+      float* kc = k_cache_[l];
+      float* vc = v_cache_[l];
       rmsnorm_h32_eps1em06_f32(x, w.input_norm, h, n);
-      if (n <= kGemvMaxRows) matmul_k32_n32_f32_bias_gemv(h, w.q, w.q_bias, q_.get(), n);
-      else matmul_k32_n32_f32_bias_gemm(h, w.q, w.q_bias, q_.get(), n);
-      if (n <= kGemvMaxRows) matmul_k32_n16_f32_bias_gemv(h, w.k, w.k_bias, k_.get(), n);
-      else matmul_k32_n16_f32_bias_gemm(h, w.k, w.k_bias, k_.get(), n);
+      if (n <= kGemvMaxRows) matmul_k32_n32_f32_bias_gemv(h, w.q, w.q_bias, q_, n);
+      else matmul_k32_n32_f32_bias_gemm(h, w.q, w.q_bias, q_, n);
+      if (n <= kGemvMaxRows) matmul_k32_n16_f32_bias_gemv(h, w.k, w.k_bias, k_, n);
+      else matmul_k32_n16_f32_bias_gemm(h, w.k, w.k_bias, k_, n);
       // values go straight to the cache
       if (n <= kGemvMaxRows) matmul_k32_n16_f32_bias_gemv(h, w.v, w.v_bias, vc + size_t(pos0) * kKvDim, n);
       else matmul_k32_n16_f32_bias_gemm(h, w.v, w.v_bias, vc + size_t(pos0) * kKvDim, n);
-      rope_h2_d16_p128_f32(q_.get(), pos.data(), rope_cos_, rope_sin_, qr_.get(), n);
-      rope_h1_d16_p128_f32(k_.get(), pos.data(), rope_cos_, rope_sin_,
+      rope_h2_d16_p128_f32(q_, pos_, rope_cos_, rope_sin_, qr_, n);
+      rope_h1_d16_p128_f32(k_, pos_, rope_cos_, rope_sin_,
                                kc + size_t(pos0) * kKvDim, n);
-      attention_h2_kv1_d16_c128_f32(qr_.get(), kc, vc, pos0, att_.get(), n);
-      if (n <= kGemvMaxRows) matmul_k32_n32_f32_gemv(att_.get(), w.o, o_.get(), n);
-      else matmul_k32_n32_f32_gemm(att_.get(), w.o, o_.get(), n);
-      add_h32_f32(x, o_.get(), res, n);
+      attention_h2_kv1_d16_c128_f32(qr_, kc, vc, pos0, att_, n);
+      if (n <= kGemvMaxRows) matmul_k32_n32_f32_gemv(att_, w.o, o_, n);
+      else matmul_k32_n32_f32_gemm(att_, w.o, o_, n);
+      add_h32_f32(x, o_, res, n);
       rmsnorm_h32_eps1em06_f32(res, w.post_norm, h, n);
-      if (n <= kGemvMaxRows) matmul_k32_n96_f32_gemv(h, w.gate_up, gu_.get(), n);
-      else matmul_k32_n96_f32_gemm(h, w.gate_up, gu_.get(), n);
-      silu_mul_i48_f32(gu_.get(), act_.get(), n);
-      if (n <= kGemvMaxRows) matmul_k48_n32_f32_gemv(act_.get(), w.down, o_.get(), n);
-      else matmul_k48_n32_f32_gemm(act_.get(), w.down, o_.get(), n);
-      add_h32_f32(res, o_.get(), x, n);
+      if (n <= kGemvMaxRows) matmul_k32_n96_f32_gemv(h, w.gate_up, gu_, n);
+      else matmul_k32_n96_f32_gemm(h, w.gate_up, gu_, n);
+      silu_mul_i48_f32(gu_, act_, n);
+      if (n <= kGemvMaxRows) matmul_k48_n32_f32_gemv(act_, w.down, o_, n);
+      else matmul_k48_n32_f32_gemm(act_, w.down, o_, n);
+      add_h32_f32(res, o_, x, n);
     }
     // Logits of the last position only.
     rmsnorm_h32_eps1em06_f32(x + size_t(n - 1) * kHidden, final_norm_, h, 1);
-    matmul_k32_n64_f32_gemv(h, lm_head_, logits, 1);
+    matmul_k32_n64_f32_gemv(h, lm_head_, logits_, 1);
+    backend::to_host(logits, logits_, sizeof(float) * kVocab);
+    backend::synchronize();
   }
 
  private:
 
+  backend::Arena mem_;  // owns every buffer below (declared first: freed last)
   const float *embed_, *final_norm_, *lm_head_, *rope_cos_, *rope_sin_;
   LayerWeights layers_[kLayers];
-  Buffer k_cache_[kLayers], v_cache_[kLayers];
-  Buffer x_;
-  Buffer res_;
-  Buffer h_;
-  Buffer q_;
-  Buffer qr_;
-  Buffer k_;
-  Buffer kn_;
-  Buffer att_;
-  Buffer o_;
-  Buffer gu_;
-  Buffer act_;
+  float* k_cache_[kLayers];
+  float* v_cache_[kLayers];
+  float* x_;
+  float* res_;
+  float* h_;
+  float* q_;
+  float* qr_;
+  float* k_;
+  float* kn_;
+  float* att_;
+  float* o_;
+  float* gu_;
+  float* act_;
+  int32_t *tokens_, *pos_;
+  float* logits_;
 };
 
 }  // namespace
