@@ -26,7 +26,7 @@ from ninfer.targets import Target
 WARP_SIZE = 32
 
 # Order in which equal limits are reported: the structural limits first.
-_LIMIT_NAMES = ("threads", "warps", "registers", "shared memory", "CTA cap")
+_LIMIT_NAMES = ("warps", "threads", "registers", "shared memory", "CTA cap")
 
 
 class OccupancyError(ValueError):
@@ -37,8 +37,8 @@ class OccupancyError(ValueError):
 class Occupancy:
     """Resident CTAs per SM and what each limit alone would allow.
 
-    by_threads: CTAs by the SM's thread slots (max_warps_per_sm x 32 / threads), 0 when
-    the block exceeds max_threads_per_block. by_warps: the same counted in whole warps.
+    by_threads: CTAs by the SM's thread slots (max_warps_per_sm x 32 // threads).
+    by_warps: the same counted in whole warps, which is what the hardware allocates.
     registers_per_cta: allocated (rounded) registers of one CTA. smem_per_cta: allocated
     (rounded, reserved part included) shared memory of one CTA.
     """
@@ -52,10 +52,6 @@ class Occupancy:
     by_cta_cap: int
     registers_per_cta: int
     smem_per_cta: int
-
-    @property
-    def warps_per_sm(self) -> int:
-        return self.ctas_per_sm * (self.registers_per_cta and 0) or self.ctas_per_sm
 
 
 def _round_up(value: int, unit: int) -> int:
@@ -81,6 +77,10 @@ def occupancy(target: Target, threads_per_block: int, registers_per_thread: int,
               f"{smem_bytes} bytes shared memory")
     if threads_per_block < 1 or registers_per_thread < 0 or smem_bytes < 0:
         raise OccupancyError(f"{target.name}: invalid kernel configuration ({config})")
+    if threads_per_block > target.max_threads_per_block:
+        raise OccupancyError(
+            f"{target.name}: {config}: {threads_per_block} threads per block exceeds the "
+            f"limit of {target.max_threads_per_block}")
     if registers_per_thread > target.registers_per_thread_max:
         raise OccupancyError(
             f"{target.name}: {config}: {registers_per_thread} registers per thread exceeds "
@@ -92,8 +92,7 @@ def occupancy(target: Target, threads_per_block: int, registers_per_thread: int,
 
     warps = -(-threads_per_block // WARP_SIZE)
     thread_slots = target.max_warps_per_sm * WARP_SIZE
-    fits_block = threads_per_block <= target.max_threads_per_block
-    by_threads = thread_slots // threads_per_block if fits_block else 0
+    by_threads = thread_slots // threads_per_block
     by_warps = target.max_warps_per_sm // warps
 
     regs_per_warp = _round_up(registers_per_thread * WARP_SIZE, target.register_alloc_unit)
@@ -104,9 +103,9 @@ def occupancy(target: Target, threads_per_block: int, registers_per_thread: int,
 
     smem_per_cta = _round_up(smem_bytes + target.reserved_shared_memory_per_block,
                              target.shared_memory_alloc_unit)
-    by_smem = target.shared_memory_per_sm // smem_per_cta if smem_per_cta else 0
+    by_smem = target.shared_memory_per_sm // max(smem_per_cta, 1)
 
-    limits = (by_threads, by_warps, by_registers, by_smem, target.max_ctas_per_sm)
+    limits = (by_warps, by_threads, by_registers, by_smem, target.max_ctas_per_sm)
     ctas = min(limits)
     limited_by = _LIMIT_NAMES[limits.index(ctas)]
     if ctas == 0:
