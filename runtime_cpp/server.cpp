@@ -258,10 +258,12 @@ int run(int argc, char** argv) {
                                 std::to_string(compiled.max_context) +
                                 "; recompile with --max-context " +
                                 std::to_string(opt.max_context) + " or pass a smaller value");
-  backend::init({opt.threads, opt.allow_more_sms});
-
+  // The artifact is checked first (target, version, checksums): a wrong file is refused
+  // for what it is before any device is touched. Then the backend refuses a device the
+  // compiled launch budgets were not proven for.
   const std::string path = opt.artifact.empty() ? default_artifact(argv[0]) : opt.artifact;
   Artifact artifact(path, compiled.target, compiled.target_hash, opt.verify_checksums);
+  backend::init({opt.threads, opt.allow_more_sms});
   const json& m = artifact.manifest();
   Tokenizer tokenizer = Tokenizer::from_json(m.at("tokenizer"));
   ChatFormat chat = ChatFormat::from_json(m.at("chat_format"));

@@ -30,8 +30,8 @@ def test_generated_sources_match_golden(tmp_path):
     graph = build_graph(open_checkpoint(make_ckpt(tmp_path / "ckpt")))
     target = load_target("cpu")
     plan = make_plan(graph, target, ServeLimits(max_context=128, max_prefill_chunk=32))
-    tree = render_tree(graph, plan, target, "qwen2-mini", Path("kernels.o"), tmp_path / "src",
-                       tmp_path / "out")
+    tree = render_tree(graph, plan, target, "qwen2-mini", {"kernel_object": "kernels.o"},
+                       tmp_path / "src", tmp_path / "out")
     for name in FILES:
         got = (tree.directory / name).read_text().replace(target.stable_hash(), "<target-hash>")
         golden = GOLDEN / name

@@ -19,7 +19,6 @@ from ninfer.build import cmake_build
 from ninfer.codegen import render_tree
 from ninfer.frontend import open_checkpoint
 from ninfer.frontend.chat_template import compile_chat_template
-from ninfer.frontend.config import FrontendError
 from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.llama import build_graph
 from ninfer.frontend.tokenizer import TokenizerInfo, tokenizer_info
@@ -64,9 +63,6 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     # 1. Target profile: every hardware number comes from here.
     done = stage("target")
     target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
-    if target.is_cuda:
-        raise FrontendError(f"target '{target.name}' is a CUDA target; this version builds "
-                            "servers for the 'cpu' target only")
     done()
 
     # 2. Frontend: checkpoint -> typed graph; tokenizer and chat template checked.
@@ -91,14 +87,23 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     src_dir = out_dir / "src"
     src_dir.mkdir(parents=True, exist_ok=True)
 
-    # 4. Kernels: TVM PrimFuncs scheduled for the target, built into one object.
+    # 4. Kernels: TVM PrimFuncs scheduled for the target. CPU: one LLVM object. CUDA:
+    #    one device translation unit, built by nvcc for the target's arch to read each
+    #    kernel's registers and shared memory, then every launch the step program can
+    #    make is proven to fit (occupancy + launch verifier); a violation stops here.
     done = stage("kernels")
-    kernel_object = _build_kernels(plan, target, opts.kernel_cache, src_dir / "kernels.o")
+    verified = None
+    if target.is_cuda:
+        verified = _verify_cuda_kernels(plan, target, graph, opts.kernel_cache)
+        backend = _cuda_backend_values(verified, plan)
+    else:
+        backend = {"kernel_object": str(
+            _build_kernels(plan, target, opts.kernel_cache, src_dir / "kernels.o"))}
     done()
 
-    # 5. Codegen: step program + CMakeLists from templates/.
+    # 5. Codegen: step program, kernel stubs, launch table, CMakeLists from templates/.
     done = stage("codegen")
-    tree = render_tree(graph, plan, target, model_id, kernel_object, src_dir, out_dir,
+    tree = render_tree(graph, plan, target, model_id, backend, src_dir, out_dir,
                        python_module=opts.python_module)
     done()
 
@@ -122,6 +127,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
         "plan": plan.to_json(),
         "kernels": [{"name": s.name(), "family": s.family} for s in plan.unique_kernels()],
         "generated": [str(p.relative_to(out_dir)) for p in tree.files],
+        "launches": _launch_rows(verified),
         "stage_seconds": timings,
     }
     report_path = out_dir / "compile_report.json"
@@ -150,6 +156,36 @@ def _build_kernels(plan: Plan, target: Target, cache: Path, dest: Path) -> Path:
     if not dest.exists() or dest.read_bytes() != cached.read_bytes():
         shutil.copyfile(cached, dest)
     return dest
+
+
+def _verify_cuda_kernels(plan: Plan, target: Target, graph: ModelGraph, cache: Path) -> Any:
+    from ninfer.kernels.cuda import build_cuda_source  # imports TVM
+    from ninfer.occupancy.model_launches import verify_model_launches
+
+    module = build_cuda_source(plan.unique_kernels(), target)
+    verified = verify_model_launches(module, target, plan, graph.config.num_heads,
+                                     cache.parent / ".cuda-cache")
+    verified.report.raise_if_failed()
+    return verified
+
+
+def _cuda_backend_values(verified: Any, plan: Plan) -> dict[str, Any]:
+    from ninfer.codegen.cuda_launch import launch_views
+    from ninfer.occupancy.resources import find_nvcc
+
+    launches, scratch = launch_views(verified, plan.limits.max_context)
+    return {"device_source": verified.module.source, "launches": launches,
+            "scratch": scratch, "nvcc": str(find_nvcc())}
+
+
+def _launch_rows(verified: Any) -> list[dict[str, Any]]:
+    if verified is None:
+        return []
+    from ninfer.occupancy.verifier import table_rows
+
+    header = ("kernel", "threads", "registers", "smem", "ctas_per_sm", "resident_budget",
+              "sizes", "max_ok_size")
+    return [dict(zip(header, row, strict=True)) for row in table_rows(verified.report)]
 
 
 def _pending_tensors(graph: ModelGraph, ckpt: Any, plan: Plan) -> list[PendingTensor]:

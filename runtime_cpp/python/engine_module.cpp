@@ -27,9 +27,9 @@ namespace {
 class PyEngine {
  public:
   PyEngine(const std::string& path, int threads) {
-    backend::init({threads, false});
     const ModelInfo& info = compiled_model_info();
     artifact_ = std::make_unique<Artifact>(path, info.target, info.target_hash);
+    backend::init({threads, false});
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_json(artifact_->manifest().at("tokenizer")));
     model_ = create_model(*artifact_);
   }

@@ -6,6 +6,7 @@ import re
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import pybind11
@@ -30,13 +31,14 @@ BACKEND_SOURCES = {
 }
 
 
-# (template, generated file) pairs of the cpu backend.
-GENERATED_FILES = (
-    ("model.cpp.j2", "model.cpp"),
-    ("kernels.h.j2", "kernels.h"),
-    ("launch_cpu.cpp.j2", "launch.cpp"),
-    ("CMakeLists.txt.j2", "CMakeLists.txt"),
-)
+# (template, generated file) pairs per backend: the step program and stub declarations
+# are shared, the launch table is the backend's own.
+GENERATED_FILES = {
+    "cpu": (("model.cpp.j2", "model.cpp"), ("kernels.h.j2", "kernels.h"),
+            ("launch_cpu.cpp.j2", "launch.cpp"), ("CMakeLists.txt.j2", "CMakeLists.txt")),
+    "cuda": (("model.cpp.j2", "model.cpp"), ("kernels.h.j2", "kernels.h"),
+             ("launch_cuda.cu.j2", "launch.cu"), ("CMakeLists.txt.j2", "CMakeLists.txt")),
+}
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,13 @@ def runtime_sources(kind: str) -> list[str]:
 
 
 def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
-                kernel_object: Path, src_dir: Path, out_dir: Path,
+                backend: dict[str, Any], src_dir: Path, out_dir: Path,
                 python_module: bool = True) -> GeneratedTree:
-    """Write model.cpp and CMakeLists.txt into `src_dir`; return what was written."""
+    """Write the generated sources into `src_dir`; return what was written.
+
+    `backend` holds the backend's own template values: `kernel_object` (cpu), or
+    `device_source`, `launches`, `scratch` and `nvcc` (cuda).
+    """
     env = _environment()
     src_dir.mkdir(parents=True, exist_ok=True)
     kernels = {role: spec.name() for role, spec in plan.kernels.items()}
@@ -96,14 +102,14 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "runtime_dir": str(RUNTIME_DIR),
         "runtime_sources": runtime_sources(target.kind),
         "tvm_includes": tvm_include_dirs(),
-        "kernel_object": str(kernel_object),
+        **backend,
         "out_dir": str(out_dir),
         "python_module": python_module,
         "pybind11_cmake_dir": pybind11.get_cmake_dir(),
         "python_include": sysconfig.get_paths()["include"],
     }
     written = []
-    for template, name in GENERATED_FILES:
+    for template, name in GENERATED_FILES[target.kind]:
         text = env.get_template(template).render(**context)
         path = src_dir / name
         if not path.exists() or path.read_text() != text:  # keep mtimes for Ninja

@@ -1,0 +1,59 @@
+"""Template views of the CUDA launch table (templates/launch_cuda.cu.j2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LaunchView:
+    spec: str
+    symbol: str
+    grid: tuple[str, ...]
+    block: tuple[int, ...]
+    smem: str
+    threads: int
+    max_smem: int
+    budget: int
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ScratchView:
+    name: str
+    ctype: str
+    elements: str
+    max_elements: int
+
+
+def _arg(param: Any) -> str:
+    if param.kind == "scratch":
+        return f"scratch_{param.name}()"
+    if param.ctype.endswith("*"):
+        return f"({param.ctype})({param.value})"  # TVM kernels take non-const pointers
+    return f"static_cast<{param.ctype}>({param.value})"
+
+
+def launch_views(verified: Any, max_context: int) -> tuple[list[LaunchView], list[ScratchView]]:
+    """One view per device launch, with the bounds the verifier proved for it."""
+    from ninfer.kernels.cuda import evaluate
+
+    checks = {c.launch.kernel: c for c in verified.report.checks}
+    views, scratch = [], {}
+    for launch in verified.module.launches:
+        check = checks[launch.kernel_symbol]
+        rows = verified.max_rows[launch.spec_name]
+        for alloc in launch.host_allocs:
+            count = max(evaluate(alloc.elements, {"n": n, "pos0": max(0, max_context - n)})
+                        for n in (1, rows))
+            ctype = {"float32": "float", "int32": "int32_t", "int64": "int64_t"}[alloc.dtype]
+            scratch[alloc.name] = ScratchView(alloc.name, ctype, alloc.elements, count)
+        views.append(LaunchView(
+            spec=launch.spec_name, symbol=launch.kernel_symbol, grid=tuple(launch.grid),
+            block=tuple(launch.block), smem=launch.dynamic_smem,
+            threads=launch.block[0] * launch.block[1] * launch.block[2],
+            max_smem=check.max_dynamic_smem,
+            budget=(check.resident_budget or 0) if check.launch.cooperative else 0,
+            args=tuple(_arg(p) for p in launch.params)))
+    return views, list(scratch.values())

@@ -1,0 +1,338 @@
+"""CUDA kernels: spec -> te_defs PrimFunc -> per-target schedule -> standalone CUDA source.
+
+`build_cuda_source(specs, target)` runs TVM's TIR pipeline by hand and stops before host
+code generation: the device module becomes one CUDA translation unit (all kernels), and
+the host functions TVM would have compiled are read instead for what a launcher needs,
+per kernel in launch order: its symbol, its parameters in kernel order, grid and block
+dimensions, the dynamic shared memory size and any scratch buffers the host must
+allocate. Sizes are C expressions over the spec's symbolic sizes (`n`, and `pos0` for
+attention); `evaluate()` computes one for given sizes.
+
+Kernel symbols are `<spec.name()>_kernel`, then `_kernel_1`, ... when one spec lowers to
+several kernels.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.tirx.build import split_host_device_mods
+
+from ninfer.targets import Target
+
+from . import cuda_schedules as cs
+from .cuda_attention import schedule_attention
+from .spec import (
+    AddSpec,
+    AttentionSpec,
+    EmbeddingSpec,
+    KernelSpec,
+    MatmulSpec,
+    RMSNormSpec,
+    RopeSpec,
+    SiluMulSpec,
+)
+from .te_defs import te_primfunc
+
+ParamKind = Literal["tensor", "scratch", "size", "scalar", "expr"]
+
+
+@dataclass(frozen=True)
+class CudaParam:
+    """One kernel parameter. `value` is what the host passes: the spec argument, scratch
+    buffer or size named `name`, or for kind "expr" a C expression over the sizes."""
+
+    name: str
+    kind: ParamKind
+    ctype: str
+    value: str
+
+
+@dataclass(frozen=True)
+class HostAlloc:
+    """A global scratch buffer of `elements` (C expression) values of `dtype`."""
+
+    name: str
+    dtype: str
+    elements: str
+
+
+@dataclass(frozen=True)
+class CudaLaunch:
+    """One kernel launch of a spec. `grid` and `dynamic_smem` (bytes) are int64 C expressions
+    over the sizes; `block` is constant. Dynamic shared memory above 48 KiB needs
+    cudaFuncAttributeMaxDynamicSharedMemorySize raised before the launch."""
+
+    spec_name: str
+    kernel_symbol: str
+    params: list[CudaParam]
+    grid: tuple[str, str, str]
+    block: tuple[int, int, int]
+    dynamic_smem: str  # bytes
+    host_allocs: list[HostAlloc]
+
+
+@dataclass(frozen=True)
+class CudaModule:
+    """One CUDA translation unit holding every kernel (extern "C" __global__, CUDA headers
+    only) and the launches, grouped by spec in input order."""
+
+    source: str
+    launches: list[CudaLaunch]
+    arch: str
+
+
+def cuda_target(target: Target) -> tvm.target.Target:
+    """TVM CUDA target for a ninfer GPU profile (host "c": host code is never compiled)."""
+    if not target.is_cuda:
+        raise ValueError(f"target {target.name!r} is not a CUDA target")
+    return tvm.target.Target(
+        {
+            "kind": "cuda",
+            "arch": target.arch,
+            "max_shared_memory_per_block": target.shared_memory_per_block,
+            "max_threads_per_block": target.max_threads_per_block,
+            "thread_warp_size": cs.WARP,
+        },
+        host={"kind": "c"},
+    )
+
+
+def cuda_primfunc(spec: KernelSpec, target: Target) -> tirx.PrimFunc:
+    """The scheduled PrimFunc of one kernel for `target`, exported as `spec.name()`."""
+    params = cs.cuda_params(target)
+    func = te_primfunc(spec)
+    if isinstance(spec, MatmulSpec) and spec.schedule == "gemv":
+        func = cs.schedule_gemv(func, spec, params)
+    elif isinstance(spec, MatmulSpec):
+        func = cs.schedule_gemm(func, spec, params, cuda_target(target))
+    elif isinstance(spec, RMSNormSpec):
+        func = cs.schedule_rmsnorm(func, spec, params)
+    elif isinstance(spec, AttentionSpec):
+        func = schedule_attention(func, spec, params)
+    elif isinstance(spec, RopeSpec):
+        func = cs.schedule_rope(func, spec, params)
+    elif isinstance(spec, EmbeddingSpec | SiluMulSpec | AddSpec):
+        func = cs.schedule_elementwise(func, params)
+    else:
+        raise NotImplementedError(f"no CUDA schedule for family {spec.family!r}")
+    return func.with_attr("global_symbol", spec.name()).with_attr("tirx.is_scheduled", True)
+
+
+def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule:
+    """Schedule every spec for `target` and lower them into one CUDA translation unit."""
+    funcs: dict[str, tirx.PrimFunc] = {}
+    sizes = {"n"}
+    for spec in specs:
+        sizes.update(a.name for a in spec.signature() if a.kind == "scalar")
+        if spec.name() not in funcs:
+            funcs[spec.name()] = cuda_primfunc(spec, target)
+    if not funcs:
+        raise ValueError("no kernel specs given; pass at least one spec")
+    module = lower_to_cuda(tvm.IRModule(funcs), cuda_target(target), sizes)
+    order = {name: i for i, name in enumerate(funcs)}
+    module.launches.sort(key=lambda launch: order[launch.spec_name])  # stable: keeps _1, _2
+    return module
+
+
+def lower_to_cuda(mod: tvm.IRModule, target: tvm.target.Target, sizes: set[str]) -> CudaModule:
+    """Lower scheduled PrimFuncs to CUDA source plus launch descriptions.
+
+    `sizes` names the symbolic sizes and scalar arguments that launch expressions may use.
+    """
+    mod = tirx.transform.BindTarget(target)(mod)
+    pipeline, _, finalize_device = tirx.get_default_tir_pipeline(target)
+    host_mod, device_mods = split_host_device_mods(pipeline(mod))
+    if len(device_mods) != 1:
+        raise RuntimeError(f"expected one CUDA device module, got {len(device_mods)}")
+    ((device_target, device_mod),) = device_mods.items()
+    device_mod = finalize_device()(device_mod)
+    source = tvm.get_global_func("target.build.cuda")(device_mod, device_target).inspect_source()
+    kernels = {gv.name_hint: f for gv, f in device_mod.functions.items()}
+    launches: list[CudaLaunch] = []
+    for gv, host_func in host_mod.functions.items():
+        launches.extend(_launches(gv.name_hint, host_func, kernels, sizes))
+    return CudaModule(source, launches, str(target.attrs["arch"]))
+
+
+def _launches(
+    spec_name: str, host: tirx.PrimFunc, kernels: Mapping[str, tirx.PrimFunc], sizes: set[str]
+) -> list[CudaLaunch]:
+    """The kernel launches of one host function, in order."""
+    binds: dict[int, tirx.PrimExpr] = {}  # host-computed values (CSE temporaries), by var
+    calls: list[Any] = []
+    alloc_nodes: list[tirx.AllocBuffer] = []
+
+    def on_bind(node: tirx.Bind) -> None:
+        if node.var.name not in sizes:
+            binds[node.var.__chandle__()] = node.value
+
+    def on_call(node: Any) -> None:
+        if isinstance(node.op, tvm.ir.Op) and node.op.name == "tirx.call_ffi_kernel":
+            calls.append(node)
+
+    tvm_ffi.structural_walk(
+        host.body,
+        [(tirx.Bind, on_bind), (tvm.ir.Call, on_call), (tirx.AllocBuffer, alloc_nodes.append)],
+        order="pre",
+    )
+
+    def c(expr: tirx.PrimExpr) -> str:
+        return _c_expr(expr, binds, sizes)
+
+    allocs = {
+        node.buffer.name: HostAlloc(
+            node.buffer.name,
+            str(node.buffer.dtype),
+            " * ".join(c(dim) for dim in node.buffer.shape) or "1",
+        )
+        for node in alloc_nodes
+    }
+    out = []
+    for call in calls:
+        symbol = call.args[0].value
+        tags = list(call.attrs.launch_params)  # one trailing argument per tag
+        args, dims = (
+            call.args[1 : len(call.args) - len(tags)],
+            call.args[len(call.args) - len(tags) :],
+        )
+        values = dict(zip(tags, dims))
+        params = [_param(p, arg, allocs, c) for p, arg in zip(kernels[symbol].params, args)]
+        gx, gy, gz = (
+            c(values[f"blockIdx.{a}"]) if f"blockIdx.{a}" in values else "1" for a in "xyz"
+        )
+        bx, by, bz = (_const(values.get(f"threadIdx.{a}"), symbol) for a in "xyz")
+        smem = values.get("tirx.use_dyn_shared_memory")
+        out.append(
+            CudaLaunch(
+                spec_name=spec_name,
+                kernel_symbol=symbol,
+                params=params,
+                grid=(gx, gy, gz),
+                block=(bx, by, bz),
+                dynamic_smem=c(smem) if smem is not None else "0",
+                host_allocs=[allocs[p.name] for p in params if p.kind == "scratch"],
+            )
+        )
+    return out
+
+
+def _param(
+    kparam: tirx.Var, arg: Any, allocs: Mapping[str, HostAlloc], c: Callable[[Any], str]
+) -> CudaParam:
+    ty = kparam.ty
+    if isinstance(ty, tvm.ir.PointerType):
+        ctype = _CTYPES[str(ty.element_type.dtype)] + "*"
+        if not (isinstance(arg, tvm.ir.Call) and arg.op.name == "tirx.buffer_data"):
+            raise NotImplementedError(f"pointer kernel argument {arg} is not a buffer's data")
+        name = arg.args[0].name
+        return CudaParam(name, "scratch" if name in allocs else "tensor", ctype, name)
+    ctype = _CTYPES[str(ty.dtype)]
+    if isinstance(arg, tirx.Var) and c(arg) == arg.name:
+        return CudaParam(arg.name, "size" if arg.name == "n" else "scalar", ctype, arg.name)
+    return CudaParam(kparam.name, "expr", ctype, c(arg))
+
+
+_CTYPES = {"float32": "float", "float16": "half", "int32": "int32_t", "int64": "int64_t"}
+
+
+def _const(expr: Any, symbol: str) -> int:
+    if expr is None:
+        return 1
+    if not isinstance(expr, tirx.IntImm):
+        raise NotImplementedError(f"{symbol}: block dimension {expr} is not a constant")
+    return int(expr.value)
+
+
+_BINARY = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*"}
+
+
+def _c_expr(expr: Any, binds: Mapping[int, Any], sizes: set[str]) -> str:
+    """C (int64) for a host-side size expression. Division and modulo are printed as C's
+    `/` and `%`, which agree with TVM's floor semantics because sizes are non-negative."""
+    if isinstance(expr, tirx.IntImm):
+        return str(int(expr.value))
+    if isinstance(expr, tirx.Var):
+        bound = binds.get(expr.__chandle__())
+        if bound is not None:
+            return _c_expr(bound, binds, sizes)
+        if expr.name in sizes:
+            return expr.name
+        raise NotImplementedError(f"launch expression uses unknown variable {expr.name!r}")
+    for node_type, op in _BINARY.items():
+        if isinstance(expr, node_type):
+            return f"({_c_expr(expr.a, binds, sizes)} {op} {_c_expr(expr.b, binds, sizes)})"
+    if isinstance(expr, tirx.FloorDiv | tirx.FloorMod | tirx.Div | tirx.Mod):
+        if not (isinstance(expr.b, tirx.IntImm) and expr.b.value > 0):
+            raise NotImplementedError(f"division by a non-constant in launch expression {expr}")
+        op = "/" if isinstance(expr, tirx.FloorDiv | tirx.Div) else "%"
+        return f"({_c_expr(expr.a, binds, sizes)} {op} {int(expr.b.value)})"
+    if isinstance(expr, tirx.Cast) and str(expr.dtype) in ("int32", "int64"):
+        return _c_expr(expr.value, binds, sizes)
+    raise NotImplementedError(f"cannot print launch expression {expr} ({type(expr).__name__})")
+
+
+_C_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|([-+*/%()]))")
+
+
+def evaluate(expr: str, sizes: Mapping[str, int]) -> int:
+    """Value of a launch expression (as printed by this module) for the given sizes."""
+    python = []
+    pos = 0
+    while pos < len(expr.rstrip()):
+        m = _C_TOKEN.match(expr, pos)
+        if m is None:
+            raise ValueError(f"unexpected text in launch expression {expr!r} at {pos}")
+        number, name, op = m.groups()
+        if name is not None and name not in sizes:
+            raise KeyError(f"launch expression {expr!r} needs a value for {name!r}")
+        python.append(number or (str(int(sizes[name])) if name else ("//" if op == "/" else op)))
+        pos = m.end()
+    return int(eval(" ".join(python), {"__builtins__": {}}))
+
+
+def serial_equivalent(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """The same scheduled PrimFunc with every thread binding turned into a serial loop and
+    every on-chip buffer moved to global scope, so it builds and runs on the CPU (LLVM).
+
+    Schedule primitives keep a PrimFunc's meaning under any loop kind, so running this is
+    a CPU check of the exact loop nest, index math and masks the CUDA kernel executes
+    (only the cross-thread reductions are performed serially instead of by shuffles).
+    """
+    remap: dict[int, tirx.Buffer] = {}
+
+    def buffer(var: Any) -> Any:
+        if not isinstance(var.ty, tirx.BufferType) or var.scope() == "global":
+            return var
+        key = var.__chandle__()
+        if key not in remap:
+            remap[key] = tirx.decl_buffer(
+                var.shape,
+                var.dtype,
+                var.name,
+                scope="global",
+                strides=var.ty.strides,
+                elem_offset=var.ty.elem_offset,
+            )
+        return remap[key]
+
+    def loop(node: tirx.For) -> tirx.For:
+        if node.kind != tirx.ForKind.THREAD_BINDING:
+            return node
+        return tirx.For(
+            node.loop_var,
+            node.min,
+            node.extent,
+            tirx.ForKind.SERIAL,
+            node.body,
+            None,
+            node.annotations,
+        )
+
+    return tvm_ffi.structural_map(func, [(tirx.Var, buffer), (tirx.For, loop)], order="pre")

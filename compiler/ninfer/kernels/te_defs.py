@@ -1,0 +1,220 @@
+"""The math of every kernel family as an unscheduled TE PrimFunc.
+
+`te_primfunc(spec)` returns a PrimFunc whose parameters are exactly `spec.signature()`
+(same names, order, dtypes and shapes; `n` is a symbolic int64, every other index is int64
+too) and whose body is a plain TE compute graph with no schedule. The GPU kernels are
+schedules of these functions (schedules change loops, memory scopes and thread mapping,
+never the math), and tests/kernels/test_te_defs.py builds each one unscheduled for the
+CPU and compares it with the float64 reference; together that proves the math of the
+CUDA kernels on machines without a GPU.
+
+Intermediate tensors are named so that schedules can find their blocks by name.
+Index clamping (embedding ids, rope positions) matches reference.py. The attention
+bounds check (pos0 >= 0, pos0 + n <= max_ctx) is the caller's job: the kernels only read
+cache rows below pos0 + n.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tvm import te, tirx
+
+from .spec import (
+    AddSpec,
+    AttentionSpec,
+    EmbeddingSpec,
+    KernelSpec,
+    MatmulSpec,
+    RMSNormSpec,
+    RopeSpec,
+    SiluMulSpec,
+)
+
+F32 = "float32"
+INDEX = "int64"  # the single index dtype of every kernel (see TVM_NOTES: no int32/int64 mix)
+
+
+def i64(value: int) -> tirx.IntImm:
+    return tirx.IntImm(INDEX, value)
+
+
+def f32(value: float) -> tirx.PrimExpr:
+    return tirx.const(value, F32)
+
+
+def _tokens() -> tirx.Var:
+    return tirx.Var("n", INDEX)
+
+
+def _clamp(index: tirx.PrimExpr, size: int) -> tirx.PrimExpr:
+    return tirx.max(tirx.min(index.astype(INDEX), i64(size - 1)), i64(0))
+
+
+def embedding(spec: EmbeddingSpec) -> tirx.PrimFunc:
+    n = _tokens()
+    ids = te.placeholder((n,), "int32", "ids")
+    table = te.placeholder((i64(spec.vocab), i64(spec.hidden)), spec.wdtype, "table")
+    out = te.compute(
+        (n, i64(spec.hidden)),
+        lambda i, c: table[_clamp(ids[i], spec.vocab), c].astype(F32),
+        name="out",
+    )
+    return te.create_prim_func([ids, table, out])
+
+
+def rmsnorm(spec: RMSNormSpec) -> tirx.PrimFunc:
+    n, H = _tokens(), i64(spec.hidden)
+    x = te.placeholder((n, H), F32, "x")
+    w = te.placeholder((H,), F32, "w")
+    k = te.reduce_axis((i64(0), H), "k")
+    sumsq = te.compute((n,), lambda i: te.sum(x[i, k] * x[i, k], axis=k), name="sumsq")
+    out = te.compute(
+        (n, H),
+        lambda i, c: x[i, c] * tirx.rsqrt(sumsq[i] * f32(1.0 / spec.hidden) + f32(spec.eps)) * w[c],
+        name="out",
+    )
+    return te.create_prim_func([x, w, out])
+
+
+def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
+    """out[i, j] = sum_k x[i, k] * w[j, k] (+ bias[j]); the product is block "matmul"."""
+    n, K, N = _tokens(), i64(spec.k), i64(spec.n_out)
+    x = te.placeholder((n, K), F32, "x")
+    w = te.placeholder((N, K), spec.wdtype, "w")
+    k = te.reduce_axis((i64(0), K), "k")
+
+    def product(i: tirx.PrimExpr, j: tirx.PrimExpr) -> tirx.PrimExpr:
+        return te.sum(x[i, k] * w[j, k].astype(F32), axis=k)
+
+    if not spec.bias:
+        out = te.compute((n, N), product, name="out")
+        return te.create_prim_func([x, w, out])
+    bias = te.placeholder((N,), F32, "bias")
+    mm = te.compute((n, N), product, name="matmul")
+    out = te.compute((n, N), lambda i, j: mm[i, j] + bias[j], name="out")
+    return te.create_prim_func([x, w, bias, out])
+
+
+def rope(spec: RopeSpec) -> tirx.PrimFunc:
+    """out[d] = x[d] * cos[d % h] + sign(d) * x[(d + h) % D] * sin[d % h], sign = -1 below h."""
+    n, NH, D, half = _tokens(), i64(spec.heads), i64(spec.head_dim), i64(spec.head_dim // 2)
+    x = te.placeholder((n, NH, D), F32, "x")
+    pos = te.placeholder((n,), "int32", "pos")
+    cos = te.placeholder((i64(spec.max_pos), half), F32, "cos")
+    sin = te.placeholder((i64(spec.max_pos), half), F32, "sin")
+
+    def rotate(i: tirx.PrimExpr, h: tirx.PrimExpr, d: tirx.PrimExpr) -> tirx.PrimExpr:
+        p = _clamp(pos[i], spec.max_pos)
+        partner = x[i, h, (d + half) % D]
+        signed = tirx.if_then_else(d < half, f32(0.0) - partner, partner)
+        return x[i, h, d] * cos[p, d % half] + signed * sin[p, d % half]
+
+    out = te.compute((n, NH, D), rotate, name="out")
+    return te.create_prim_func([x, pos, cos, sin, out])
+
+
+def silu_mul(spec: SiluMulSpec) -> tirx.PrimFunc:
+    n, inter = _tokens(), i64(spec.inter)
+    gu = te.placeholder((n, i64(2 * spec.inter)), F32, "gu")
+
+    def silu_times(i: tirx.PrimExpr, c: tirx.PrimExpr) -> tirx.PrimExpr:
+        a = gu[i, c]
+        return a / (f32(1.0) + tirx.exp(f32(0.0) - a)) * gu[i, c + inter]
+
+    out = te.compute((n, inter), silu_times, name="out")
+    return te.create_prim_func([gu, out])
+
+
+def add(spec: AddSpec) -> tirx.PrimFunc:
+    n, H = _tokens(), i64(spec.hidden)
+    a = te.placeholder((n, H), F32, "a")
+    b = te.placeholder((n, H), F32, "b")
+    out = te.compute((n, H), lambda i, c: a[i, c] + b[i, c], name="out")
+    return te.create_prim_func([a, b, out])
+
+
+MASKED = -(2.0**127)  # below any score, exact in float32; row maxima always include key 0
+
+
+def attention(spec: AttentionSpec) -> tirx.PrimFunc:
+    """Causal softmax(q k^T * scale) v over cache rows 0..pos0 + n - 1, in six stages.
+
+    With visible(i, j) = j <= pos0 + i (key j is at or before query row i):
+    scores[i, h, j] = (q[i, h] * scale) . k[j, h // group]  where visible, else 0
+    rowmax[i, h]    = max_j scores                          over visible j
+    probs[i, h, j]  = exp(scores - rowmax)                  where visible, else 0
+    rowsum[i, h]    = sum_j probs
+    acc[i, h, d]    = sum_j probs * v[j, h // group, d]     over visible j
+    out[i, h, d]    = acc / rowsum
+    The masks are `if_then_else` inside the reductions, so keys past a row's position are
+    never loaded (TE's `where=` would be simpler, but te.create_prim_func drops it), and
+    not Select, which TVM's CUDA codegen cannot vectorize (see cuda_schedules.schedule_rope).
+    """
+    n, H, KVH, D = _tokens(), i64(spec.heads), i64(spec.kv_heads), i64(spec.head_dim)
+    C, G = i64(spec.max_ctx), i64(spec.group)
+    pos0 = tirx.Var("pos0", INDEX)
+    ctx = pos0 + n
+    q = te.placeholder((n, H, D), F32, "q")
+    k_cache = te.placeholder((C, KVH, D), F32, "k_cache")
+    v_cache = te.placeholder((C, KVH, D), F32, "v_cache")
+    scale = f32(spec.head_dim**-0.5)
+
+    def visible(i: tirx.PrimExpr, j: tirx.PrimExpr) -> tirx.PrimExpr:
+        return j <= pos0 + i
+
+    d = te.reduce_axis((i64(0), D), "d")
+    scores = te.compute(
+        (n, H, ctx),
+        lambda i, h, j: te.sum(
+            tirx.if_then_else(visible(i, j), q[i, h, d] * scale * k_cache[j, h // G, d], f32(0)),
+            axis=d,
+        ),
+        name="scores",
+    )
+    j = te.reduce_axis((i64(0), ctx), "j")
+    rowmax = te.compute(
+        (n, H),
+        lambda i, h: te.max(tirx.if_then_else(visible(i, j), scores[i, h, j], f32(MASKED)), axis=j),
+        name="rowmax",
+    )
+    probs = te.compute(
+        (n, H, ctx),
+        lambda i, h, jj: tirx.if_then_else(
+            visible(i, jj), tirx.exp(scores[i, h, jj] - rowmax[i, h]), f32(0.0)
+        ),
+        name="probs",
+    )
+    j = te.reduce_axis((i64(0), ctx), "j")
+    rowsum = te.compute((n, H), lambda i, h: te.sum(probs[i, h, j], axis=j), name="rowsum")
+    j = te.reduce_axis((i64(0), ctx), "j")
+    acc = te.compute(
+        (n, H, D),
+        lambda i, h, dd: te.sum(
+            tirx.if_then_else(visible(i, j), probs[i, h, j] * v_cache[j, h // G, dd], f32(0)),
+            axis=j,
+        ),
+        name="acc",
+    )
+    out = te.compute((n, H, D), lambda i, h, dd: acc[i, h, dd] / rowsum[i, h], name="out")
+    return te.create_prim_func([q, k_cache, v_cache, pos0, out])
+
+
+_BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
+    "embedding": embedding,
+    "rmsnorm": rmsnorm,
+    "matmul": matmul,
+    "rope": rope,
+    "silu_mul": silu_mul,
+    "add": add,
+    "attention": attention,
+}
+
+
+def te_primfunc(spec: KernelSpec) -> tirx.PrimFunc:
+    """The unscheduled PrimFunc of `spec`, exported as `spec.name()`."""
+    try:
+        build = _BUILDERS[spec.family]
+    except KeyError:
+        raise NotImplementedError(f"no TE definition for family {spec.family!r}") from None
+    return build(spec).with_attr("global_symbol", spec.name())

@@ -1,0 +1,82 @@
+"""Every launch a compiled CUDA model can make, described for the verifier.
+
+The step program calls each kernel stub with a row count between 1 and a per-role
+maximum (the prefill chunk for most roles; chunk x heads for per-head norms; 1 for the
+logits); every device kernel behind a stub is verified over that whole range, using
+its real registers and shared memory from nvcc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ninfer.occupancy.resources import CompiledCuda, compile_cuda
+from ninfer.occupancy.verifier import LaunchSpec, RuntimeLimits, VerificationReport, verify
+from ninfer.targets import Target
+
+
+@dataclass(frozen=True)
+class VerifiedModule:
+    module: Any  # ninfer.kernels.cuda.CudaModule
+    compiled: CompiledCuda
+    report: VerificationReport
+    max_rows: dict[str, int]  # spec name -> largest row count the step program passes
+
+
+def max_rows_per_spec(plan: Any, num_heads: int) -> dict[str, int]:
+    """The largest `n` the step program passes to each kernel instance."""
+    chunk = plan.limits.max_prefill_chunk
+    rows: dict[str, int] = {}
+    for role, spec in plan.kernels.items():
+        if role == "head_norm":
+            need = chunk * num_heads  # called with tokens x heads rows
+        elif role == "lm_head":
+            need = 1  # logits of the last position only
+        elif role.endswith("_gemv"):
+            need = min(chunk, plan.limits.gemv_max_rows)
+        else:
+            need = chunk
+        rows[spec.name()] = max(rows.get(spec.name(), 0), need)
+    return rows
+
+
+def _size_fn(expr: str, max_context: int, evaluate: Callable[[str, dict[str, int]], int]
+             ) -> Callable[[int], int]:
+    # pos0 is largest when the chunk ends at the context limit.
+    return lambda n: evaluate(expr, {"n": n, "pos0": max(0, max_context - n)})
+
+
+def model_launch_specs(module: Any, max_rows: dict[str, int], max_context: int
+                       ) -> list[LaunchSpec]:
+    from ninfer.kernels.cuda import evaluate
+
+    specs = []
+    for launch in module.launches:
+        grid_fns = [_size_fn(g, max_context, evaluate) for g in launch.grid]
+        threads = launch.block[0] * launch.block[1] * launch.block[2]
+
+        def grid(n: int, fns: list[Callable[[int], int]] = grid_fns) -> int:
+            total = 1
+            for f in fns:
+                total *= f(n)
+            return total
+
+        specs.append(LaunchSpec(
+            kernel=launch.kernel_symbol, threads=threads, grid=grid,
+            dynamic_smem=_size_fn(launch.dynamic_smem, max_context, evaluate),
+            sizes=(1, max_rows[launch.spec_name])))
+    return specs
+
+
+def verify_model_launches(module: Any, target: Target, plan: Any, num_heads: int,
+                          cache_dir: Path) -> VerifiedModule:
+    """nvcc the device code for the target's arch, then prove every launch fits."""
+    compiled = compile_cuda(module.source, target.arch, cache_dir)
+    rows = max_rows_per_spec(plan, num_heads)
+    launches = model_launch_specs(module, rows, plan.limits.max_context)
+    report = verify(target, launches, compiled.resources,
+                    RuntimeLimits(max_prefill_chunk=max(rows.values())))
+    return VerifiedModule(module, compiled, report, rows)

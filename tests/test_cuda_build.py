@@ -1,0 +1,80 @@
+"""GPU targets build without a GPU: kernels compiled by nvcc for each target's arch,
+every launch verified against that target's occupancy, ninfer-server linked.
+
+Nothing here runs CUDA code; the tests marked `gpu` (tests/test_gpu.py) do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from conftest import MAX_CONTEXT, PREFILL_CHUNK, TEST_MODELS
+from ninfer.targets import available_targets, load_target
+
+pytestmark = pytest.mark.cuda_build
+
+GPU_TARGETS = [t for t in available_targets() if load_target(t).is_cuda]
+
+
+@pytest.fixture(scope="module", params=GPU_TARGETS)
+def gpu_build(request, qwen3_model):
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    out = TEST_MODELS / f"qwen3-tiny-{request.param}"
+    result = compile_model(CompileOptions(
+        model_dir=qwen3_model.checkpoint, target=request.param, out_dir=out,
+        model_id="qwen3-tiny", max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK))
+    return request.param, result
+
+
+def test_every_launch_verified_and_server_linked(gpu_build):
+    name, result = gpu_build
+    target = load_target(name)
+    report = json.loads(result.report.read_text())
+    assert report["target"]["name"] == name
+    launches = report["launches"]
+    kinds = {row["kernel"].split("_")[0] for row in launches}
+    assert {"matmul", "attention", "rmsnorm", "rope", "embedding", "add", "silu"} <= kinds
+    for row in launches:
+        _, hi = map(int, row["sizes"].split()[1].split(".."))
+        assert int(row["max_ok_size"]) == hi, row  # every size the runtime can ask fits
+        assert int(row["threads"]) <= target.max_threads_per_block
+        assert int(row["registers"]) <= target.registers_per_thread_max
+    assert result.server.exists()
+
+
+def test_device_code_is_built_for_the_target_arch(gpu_build):
+    name, result = gpu_build
+    arch = load_target(name).arch
+    data = result.server.read_bytes()
+    assert re.search(rb"\.target\s+" + arch.encode() + rb"\b", data), (
+        f"no PTX for {arch} embedded in {result.server}")
+
+
+def test_cuda_runtime_is_linked_statically(gpu_build):
+    _, result = gpu_build
+    out = subprocess.run(["ldd", str(result.server)], capture_output=True, text=True).stdout
+    assert "libcudart" not in out and "tvm" not in out and "python" not in out
+
+
+def test_server_refuses_an_artifact_for_another_target(gpu_build, qwen3_model):
+    """The artifact guard runs before any device is touched, so it is testable here."""
+    name, result = gpu_build
+    r = subprocess.run([str(result.server), "--port", "0", "--artifact",
+                        str(qwen3_model.out_dir / "model.ninfer")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert f"compiled for target 'cpu' but this server was built for '{name}'" in r.stderr
+
+
+def test_server_without_a_gpu_fails_cleanly(gpu_build):
+    _, result = gpu_build
+    r = subprocess.run([str(result.server), "--port", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("ninfer-server: error: ")
+    assert "cuda" in r.stderr.lower()
