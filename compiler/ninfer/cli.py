@@ -32,9 +32,12 @@ console = Console(stderr=True)
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
 @click.option("--dump", "dump_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Write every stage's output (graph, plan, report, generated code) here.")
+@click.option("--explain", is_flag=True,
+              help="Print the launch verification table (GPU targets): kernel, registers, "
+                   "shared memory, CTAs/SM, resident budget, largest size that fits.")
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
          max_context: int, max_prefill_chunk: int, memory_gib: float | None,
-         no_python_module: bool, dump_dir: Path | None) -> None:
+         no_python_module: bool, dump_dir: Path | None, explain: bool) -> None:
     """Compile a checkpoint for a target into a standalone ninfer-server."""
     from ninfer.pipeline import CompileOptions, compile_model
 
@@ -55,6 +58,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
     except (ValueError, RuntimeError, OSError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         sys.exit(1)
+    if explain:
+        _print_launches(result.report_data["launches"], target)
     for stage, seconds in result.report_data["stage_seconds"].items():
         console.print(f"  {stage:<10} {seconds:7.2f} s")
     mem = result.report_data["plan"]["memory"]
@@ -63,6 +68,21 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                   f"{mem['activation_bytes'] / 2**20:.1f} MiB")
     console.print(f"[green]built[/green] {result.server}")
     print(result.out_dir)
+
+
+def _print_launches(rows: list[dict[str, str]], target: str) -> None:
+    from rich.table import Table
+
+    if not rows:
+        console.print(f"[dim]target {target}: no GPU launches to verify (CPU kernels run "
+                      "on the thread pool)[/dim]")
+        return
+    table = Table(title=f"launch verification: {target}")
+    for column in rows[0]:
+        table.add_column(column.replace("_", " "))
+    for row in rows:
+        table.add_row(*row.values())
+    console.print(table, width=max(console.width, 150))
 
 
 if __name__ == "__main__":

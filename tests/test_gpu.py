@@ -1,0 +1,80 @@
+"""On a real GPU (marker `gpu`; skipped without one): the CUDA build of the tiny Qwen3
+matches transformers like the CPU build does.
+
+The target is picked from the GPU that is present (name -> shipped profile), so the
+device guard accepts it. Run on a lent machine with: scripts/test.sh -m gpu
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import MAX_CONTEXT, PREFILL_CHUNK, TEST_MODELS
+
+pytestmark = pytest.mark.gpu
+
+GPU_NAMES = {"H200": "h200", "H100": "h100", "RTX 4080 SUPER": "rtx4080s",
+             "RTX 4090 D": "rtx4090d", "RTX 4090": "rtx4090", "RTX 5090": "rtx5090",
+             "RTX 5080": "rtx5080"}
+
+
+def present_gpu_target() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        return None
+    name = r.stdout.splitlines()[0]
+    for key, target in GPU_NAMES.items():  # most specific names first
+        if key in name:
+            return target
+    return None
+
+
+@pytest.fixture(scope="module")
+def gpu_model(request):
+    target = present_gpu_target()
+    if target is None:
+        pytest.skip("no supported NVIDIA GPU present")
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    qwen3_model = request.getfixturevalue("qwen3_model")
+    out = TEST_MODELS / f"qwen3-tiny-{target}"
+    compile_model(CompileOptions(model_dir=qwen3_model.checkpoint, target=target, out_dir=out,
+                                 model_id="qwen3-tiny", max_context=MAX_CONTEXT,
+                                 max_prefill_chunk=PREFILL_CHUNK))
+    return out
+
+
+def test_gpu_logits_match_transformers(gpu_model, qwen3_model):
+    import torch
+
+    from ninfer.runtime.engine import load_engine
+
+    engine = load_engine(gpu_model)
+    hf = qwen3_model.hf_model()
+    tok = qwen3_model.hf_tokenizer()
+    for prompt in ("The quick brown fox", "def f(x):\n    return x * 2  # doubled value"):
+        ids = tok.encode(prompt)
+        with torch.no_grad():
+            ref = hf(torch.tensor([ids])).logits[0, -1].numpy()
+        got = np.asarray(engine.forward(ids, 0))
+        assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-3
+
+
+def test_gpu_greedy_tokens_match_cpu_build(gpu_model, qwen3_model):
+    from ninfer.runtime import Server
+
+    outputs = []
+    for build in (qwen3_model.out_dir, gpu_model):
+        with Server(build) as srv:
+            r = srv.client.post("/v1/completions", json={
+                "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0,
+                "return_token_ids": True})
+            outputs.append(r.json()["choices"][0]["token_ids"])
+    assert outputs[0] == outputs[1]
