@@ -1,0 +1,248 @@
+"""nvcc build of the CUDA kernels for every shipped GPU target (no GPU needed).
+
+For each GPU target and the kernel set of two Qwen3-shaped models, `build_cuda_source`
+must succeed, its single translation unit must compile with `nvcc -arch=<arch> -cubin`,
+and every launch must fit the target at the largest sizes it can be asked for: threads per
+block, static + dynamic shared memory (ptxas --resource-usage plus the launch's dynamic
+size), registers of one block, grid dimensions.
+
+Compiled cubins are cached under build/.cuda-cache by sha256 of (arch, flags, source), so
+targets whose generated kernels are equal (h100/h200 and rtx4090/rtx4090d for these
+shapes) share one compile, and a second session recompiles nothing.
+
+To add a model shape, append a ModelShape to MODELS; the roles mirror plan.make_plan.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import tvm
+from tvm.s_tir import dlight
+
+from ninfer.kernels import (
+    AddSpec,
+    AttentionSpec,
+    EmbeddingSpec,
+    KernelSpec,
+    MatmulSpec,
+    RMSNormSpec,
+    RopeSpec,
+    SiluMulSpec,
+)
+from ninfer.kernels.cuda import (
+    CudaModule,
+    HostAlloc,
+    build_cuda_source,
+    cuda_target,
+    evaluate,
+    lower_to_cuda,
+)
+from ninfer.kernels.cuda_schedules import cuda_params, gemv_rows
+from ninfer.kernels.te_defs import te_primfunc
+from ninfer.paths import DEFAULT_BUILD_DIR
+from ninfer.targets import available_targets, load_target
+
+pytestmark = pytest.mark.cuda_build
+
+SHIPPED_GPU_TARGETS = {"rtx4080s", "rtx4090", "rtx4090d", "rtx5090", "rtx5080", "h100", "h200"}
+GPU_TARGETS = sorted(name for name in available_targets() if load_target(name).is_cuda)
+NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/bin/nvcc"
+# 177: unused variable, 1046: float literal rounded, 1444: TVM's longlong4 (deprecated)
+NVCC_FLAGS = ("-cubin", "--resource-usage", "-diag-suppress", "177,1046,1444")
+CACHE = DEFAULT_BUILD_DIR / ".cuda-cache"
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    hidden: int
+    inter: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    max_ctx: int
+    eps: float = 1e-6
+
+    def kernels(self) -> list[KernelSpec]:
+        """The unique kernels of a dense Qwen3 model (q/k norm, no bias), as plan.py builds."""
+        h, d = self.hidden, self.head_dim
+        q_dim, kv_dim = self.heads * d, self.kv_heads * d
+        specs: list[KernelSpec] = [
+            EmbeddingSpec(self.vocab, h),
+            RMSNormSpec(h, self.eps),
+            RMSNormSpec(d, self.eps),
+            RopeSpec(self.heads, d, self.max_ctx),
+            RopeSpec(self.kv_heads, d, self.max_ctx),
+            AttentionSpec(self.heads, self.kv_heads, d, self.max_ctx),
+            SiluMulSpec(self.inter),
+            AddSpec(h),
+            MatmulSpec(h, self.vocab),
+        ]
+        for k, n in ((h, q_dim), (h, kv_dim), (q_dim, h), (h, 2 * self.inter), (self.inter, h)):
+            specs += [MatmulSpec(k, n), MatmulSpec(k, n, schedule="gemm")]
+        return list({spec.name(): spec for spec in specs}.values())
+
+
+MODELS = {
+    m.name: m
+    for m in (
+        ModelShape("tiny", 128, 320, 4, 2, 32, 2112, 256),
+        ModelShape("qwen3-0.6b", 1024, 3072, 16, 8, 128, 151936, 4096),
+    )
+}
+
+
+@functools.cache
+def cuda_module(model: str, target: str) -> CudaModule:
+    return build_cuda_source(MODELS[model].kernels(), load_target(target))
+
+
+@dataclass(frozen=True)
+class Resources:
+    registers: int
+    static_smem: int
+
+
+def nvcc_compile(source: str, arch: str) -> dict[str, Resources]:
+    """Compile one translation unit (cached); per-kernel registers and static smem."""
+    if not Path(NVCC).exists():
+        pytest.skip(f"nvcc not found (looked for {NVCC}); set NVCC to run cuda_build tests")
+    key = hashlib.sha256("\0".join((arch, *NVCC_FLAGS, source)).encode()).hexdigest()
+    cubin, log = CACHE / f"{key}.cubin", CACHE / f"{key}.log"
+    if not (cubin.exists() and log.exists()):
+        CACHE.mkdir(parents=True, exist_ok=True)
+        src = CACHE / f"{key}.cu"
+        src.write_text(source)
+        result = subprocess.run(
+            [NVCC, f"-arch={arch}", *NVCC_FLAGS, "-o", str(cubin), str(src)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            cubin.unlink(missing_ok=True)
+            pytest.fail(f"nvcc -arch={arch} failed on {src}:\n{result.stderr[-4000:]}")
+        log.write_text(result.stdout + result.stderr)
+        src.unlink()
+    return _parse_resources(log.read_text())
+
+
+def _parse_resources(text: str) -> dict[str, Resources]:
+    out: dict[str, Resources] = {}
+    kernel = None
+    for line in text.splitlines():
+        entry = re.search(r"Compiling entry function '(\w+)'", line)
+        if entry:
+            kernel = entry.group(1)
+        used = re.search(r"Used (\d+) registers", line)
+        if used and kernel:
+            smem = re.search(r"(\d+) bytes smem", line)
+            out[kernel] = Resources(int(used.group(1)), int(smem.group(1)) if smem else 0)
+            kernel = None
+    return out
+
+
+def _size_corners(max_ctx: int) -> list[dict[str, int]]:
+    """(n, pos0) at the corners of 1 <= n, pos0 >= 0, pos0 + n <= max_ctx."""
+    return [{"n": n, "pos0": pos0} for n in (1, max_ctx) for pos0 in {0, max_ctx - n}]
+
+
+def test_every_shipped_gpu_target_is_covered() -> None:
+    assert set(GPU_TARGETS) >= SHIPPED_GPU_TARGETS
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("target_name", GPU_TARGETS)
+def test_kernels_compile_and_fit(model: str, target_name: str) -> None:
+    target, shape = load_target(target_name), MODELS[model]
+    module = cuda_module(model, target_name)
+    specs = shape.kernels()
+    assert module.arch == target.arch
+    in_order = list(dict.fromkeys(launch.spec_name for launch in module.launches))
+    assert in_order == [spec.name() for spec in specs]
+    resources = nvcc_compile(module.source, target.arch)
+    assert set(resources) == {launch.kernel_symbol for launch in module.launches}
+    for launch in module.launches:
+        name = launch.kernel_symbol
+        assert re.fullmatch(rf"{launch.spec_name}_kernel(_\d+)?", name)
+        assert launch.host_allocs == [], f"{name} needs global scratch"
+        threads = math.prod(launch.block)
+        assert threads <= target.max_threads_per_block, name
+        used = resources[name]
+        assert used.registers * threads <= target.registers_per_sm, name
+        for sizes in _size_corners(shape.max_ctx):
+            smem = used.static_smem + evaluate(launch.dynamic_smem, sizes)
+            assert smem <= target.shared_memory_per_block_optin, f"{name} at {sizes}: {smem} B"
+            grid = [evaluate(g, sizes) for g in launch.grid]
+            assert all(1 <= g <= limit for g, limit in zip(grid, GRID_LIMITS)), (name, grid)
+
+
+def test_schedule_parameters_follow_the_profile() -> None:
+    params = {name: cuda_params(load_target(name)) for name in GPU_TARGETS}
+    small, big = params["rtx4080s"], params["rtx5090"]  # 80 vs 170 SMs
+    assert (small.gemv_min_blocks, big.gemv_min_blocks) == (4 * 80, 4 * 170)
+    assert (gemv_rows(small, 1024), gemv_rows(big, 1024)) == (2, 1)
+    # H100: 64 resident warps and 228 KB of shared memory per SM vs 48 warps / 100 KB
+    assert params["h100"].attention_threads > params["rtx4090"].attention_threads
+    assert params["h100"].gemm.micro_k > params["rtx4090"].gemm.micro_k
+    # h200 has more bandwidth per SM: more loads in flight, but the same power-of-two unroll
+    assert params["h100"].bytes_in_flight_per_sm < params["h200"].bytes_in_flight_per_sm
+    # derived from profile fields, not from the target's name
+    more_sms = load_target("rtx4080s").with_overrides(sm_count=170)
+    assert cuda_params(more_sms).gemv_min_blocks == big.gemv_min_blocks
+
+
+def test_generated_kernels_differ_where_the_parameters_do() -> None:
+    def o_proj(target: str) -> tuple[tuple[str, str, str], tuple[int, int, int]]:
+        symbol = MatmulSpec(2048, 1024).name() + "_kernel"
+        (launch,) = [
+            x for x in cuda_module("qwen3-0.6b", target).launches if x.kernel_symbol == symbol
+        ]
+        return launch.grid, launch.block
+
+    assert o_proj("rtx4080s") == (("512", "n", "1"), (32, 2, 1))
+    assert o_proj("rtx5090") == (("1024", "n", "1"), (32, 1, 1))
+    assert cuda_module("qwen3-0.6b", "h100").source == cuda_module("qwen3-0.6b", "h200").source
+
+
+def test_multi_kernel_spec_with_scratch_is_described() -> None:
+    """dlight's Fallback splits rmsnorm into a reduction and an elementwise kernel with a
+    global scratch buffer in between: both launches and the allocation must show up."""
+    spec = RMSNormSpec(128, 1e-6)
+    target = cuda_target(load_target("rtx4080s"))
+    sch = dlight.gpu.Fallback().apply(te_primfunc(spec), target, False)
+    func = sch.mod["main"].with_attr("global_symbol", spec.name())
+    module = lower_to_cuda(tvm.IRModule({spec.name(): func}), target, {"n"})
+    first, second = module.launches
+    assert (first.kernel_symbol, second.kernel_symbol) == (
+        f"{spec.name()}_kernel",
+        f"{spec.name()}_kernel_1",
+    )
+    assert first.host_allocs == [HostAlloc("sumsq", "float32", "n")]
+    assert second.host_allocs == first.host_allocs
+    kinds = {p.name: p.kind for p in second.params}
+    assert kinds["sumsq"] == "scratch" and kinds["x"] == kinds["out"] == "tensor"
+    (computed,) = [p for p in second.params if p.kind == "expr"]
+    assert evaluate(computed.value, {"n": 3}) == 3 * 128
+    assert evaluate(first.grid[0], {"n": 2048}) == 2
+    assert first.block == (1024, 1, 1)
+
+
+def test_evaluate_launch_expressions() -> None:
+    assert evaluate("((pos0 + n) * 4)", {"pos0": 3, "n": 2}) == 20
+    assert evaluate("((n + 31) / 32)", {"n": 33}) == 2
+    assert evaluate("(n % 8)", {"n": 33}) == 1
+    with pytest.raises(KeyError, match="pos0"):
+        evaluate("(pos0 + 1)", {"n": 1})
