@@ -114,6 +114,11 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits) -> Plan:
     if (kv_dim * 4) % 64:
         raise PlanError(f"num_key_value_heads x head_dim = {kv_dim} floats is not a multiple "
                         "of 16; this KV layout needs 64-byte aligned rows")
+    # The last row of the hidden state feeds the logits directly; vectorized kernels
+    # need its address aligned like every buffer base.
+    if (h * 4) % 64:
+        raise PlanError(f"hidden_size {h} is not a multiple of 16; rows of the hidden "
+                        "state must stay 64-byte aligned")
 
     # Activation buffers, in floats per token row (sized for the largest prefill chunk).
     buffers = {"x": h, "res": h, "h": h, "q": q_dim, "qr": q_dim, "k": kv_dim, "kn": kv_dim,
