@@ -35,6 +35,7 @@ def test_demo_checkpoint_is_deterministic(tmp_path):
     (["--target", "nosuchgpu"], "unknown target 'nosuchgpu'"),
     (["--max-context", "100000"], "exceeds the model's max_position_embeddings"),
     (["--memory-gib", "0.001"], "does not fit"),
+    (["--prefill-projections", "coop"], "needs a CUDA target"),
 ])
 def test_compile_errors_are_clear(tmp_path, args, message):
     r = run("-m", "ninfer.cli", "-o", str(tmp_path / "out"), *args)

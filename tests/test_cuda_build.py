@@ -78,3 +78,28 @@ def test_server_without_a_gpu_fails_cleanly(gpu_build):
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("ninfer-server: error: ")
     assert "cuda" in r.stderr.lower()
+
+
+def test_coop_prefill_projections_are_routed_and_verified(qwen3_model):
+    """--prefill-projections coop: every bias-free projection's prefill rows go through
+    the cooperative family, with per-target routes whose grids fit the resident budget."""
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    target = load_target("rtx4080s")
+    out = TEST_MODELS / "qwen3-tiny-rtx4080s-coop"
+    result = compile_model(CompileOptions(
+        model_dir=qwen3_model.checkpoint, target="rtx4080s", out_dir=out,
+        model_id="qwen3-tiny", max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK,
+        prefill_projections="coop"))
+    rows = [r for r in result.report_data["launches"] if r["kernel"].startswith("coop_")]
+    assert rows, "no cooperative launches in the report"
+    for row in rows:
+        budget = int(row["resident_budget"])
+        assert budget == int(row["ctas_per_sm"].split()[0]) * target.sm_count
+        _, hi = map(int, row["sizes"].split()[1].split(".."))
+        assert int(row["max_ok_size"]) == hi
+    model_cpp = (out / "src" / "model.cpp").read_text()
+    for shape in ("k128_n128", "k128_n64", "k128_n640", "k320_n128"):
+        assert f"coop_proj_{shape}(" in model_cpp
+    assert "cudaLaunchCooperativeKernel" in (out / "src" / "launch.cu").read_text()
+    assert result.server.exists()

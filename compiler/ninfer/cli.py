@@ -32,12 +32,17 @@ console = Console(stderr=True)
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
 @click.option("--dump", "dump_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Write every stage's output (graph, plan, report, generated code) here.")
+@click.option("--prefill-projections", type=click.Choice(["tvm", "coop"]), default="tvm",
+              show_default=True,
+              help="CUDA: prefill projections through the TVM GEMM or the cooperative "
+                   "split-K family (routes derived per target).")
 @click.option("--explain", is_flag=True,
               help="Print the launch verification table (GPU targets): kernel, registers, "
                    "shared memory, CTAs/SM, resident budget, largest size that fits.")
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
          max_context: int, max_prefill_chunk: int, memory_gib: float | None,
-         no_python_module: bool, dump_dir: Path | None, explain: bool) -> None:
+         no_python_module: bool, dump_dir: Path | None, prefill_projections: str,
+         explain: bool) -> None:
     """Compile a checkpoint for a target into a standalone ninfer-server."""
     from ninfer.pipeline import CompileOptions, compile_model
 
@@ -51,7 +56,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
     opts = CompileOptions(model_dir=model_dir, target=target, out_dir=out_dir,
                           model_id=model_id, max_context=max_context,
                           max_prefill_chunk=max_prefill_chunk, memory_gib=memory_gib,
-                          python_module=not no_python_module, dump_dir=dump_dir)
+                          python_module=not no_python_module, dump_dir=dump_dir,
+                          prefill_projections=prefill_projections)
     try:
         with console.status("compiling") as status:
             result = compile_model(opts, lambda s: status.update(f"[bold]{s}[/bold]"))

@@ -19,6 +19,7 @@ from ninfer.build import cmake_build
 from ninfer.codegen import render_tree
 from ninfer.frontend import open_checkpoint
 from ninfer.frontend.chat_template import compile_chat_template
+from ninfer.frontend.config import FrontendError
 from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.llama import build_graph
 from ninfer.frontend.tokenizer import TokenizerInfo, tokenizer_info
@@ -40,6 +41,10 @@ class CompileOptions:
     memory_gib: float | None = None
     python_module: bool = True
     dump_dir: Path | None = None
+    # CUDA: "tvm" runs prefill projections through the TVM GEMM; "coop" through the
+    # cooperative split-K family with verifier-derived routes (opt-in until it has been
+    # validated on a GPU).
+    prefill_projections: str = "tvm"
     kernel_cache: Path = field(default_factory=lambda: DEFAULT_BUILD_DIR / ".kernel-cache")
 
 
@@ -93,9 +98,17 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     #    make is proven to fit (occupancy + launch verifier); a violation stops here.
     done = stage("kernels")
     verified = None
+    coop_reports: list[Any] = []
+    if opts.prefill_projections not in ("tvm", "coop"):
+        raise FrontendError(f"--prefill-projections must be 'tvm' or 'coop', got "
+                            f"{opts.prefill_projections!r}")
+    if opts.prefill_projections == "coop" and not target.is_cuda:
+        raise FrontendError("--prefill-projections coop needs a CUDA target")
     if target.is_cuda:
         verified = _verify_cuda_kernels(plan, target, graph, opts.kernel_cache)
         backend = _cuda_backend_values(verified, plan)
+        if opts.prefill_projections == "coop":
+            backend.update(_coop_values(plan, target, opts.kernel_cache, coop_reports))
     else:
         backend = {"kernel_object": str(
             _build_kernels(plan, target, opts.kernel_cache, src_dir / "kernels.o"))}
@@ -127,7 +140,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
         "plan": plan.to_json(),
         "kernels": [{"name": s.name(), "family": s.family} for s in plan.unique_kernels()],
         "generated": [str(p.relative_to(out_dir)) for p in tree.files],
-        "launches": _launch_rows(verified),
+        "launches": _launch_rows(verified, coop_reports),
         "stage_seconds": timings,
     }
     report_path = out_dir / "compile_report.json"
@@ -178,14 +191,25 @@ def _cuda_backend_values(verified: Any, plan: Plan) -> dict[str, Any]:
             "scratch": scratch, "nvcc": str(find_nvcc())}
 
 
-def _launch_rows(verified: Any) -> list[dict[str, Any]]:
+def _coop_values(plan: Plan, target: Target, cache: Path, reports: list[Any]
+                 ) -> dict[str, Any]:
+    from ninfer.codegen.coop_launch import coop_stubs
+    from ninfer.kernels.coop import render_coop_source
+
+    roles, variants, found = coop_stubs(plan, target, cache.parent / ".cuda-cache")
+    reports.extend(found)
+    return {"coop": roles, "coop_source": render_coop_source(variants) if variants else ""}
+
+
+def _launch_rows(verified: Any, extra_reports: list[Any]) -> list[dict[str, Any]]:
     if verified is None:
         return []
     from ninfer.occupancy.verifier import table_rows
 
     header = ("kernel", "threads", "registers", "smem", "ctas_per_sm", "resident_budget",
               "sizes", "max_ok_size")
-    return [dict(zip(header, row, strict=True)) for row in table_rows(verified.report)]
+    rows = [row for report in (verified.report, *extra_reports) for row in table_rows(report)]
+    return [dict(zip(header, row, strict=True)) for row in rows]
 
 
 def _pending_tensors(graph: ModelGraph, ckpt: Any, plan: Plan) -> list[PendingTensor]:
