@@ -30,7 +30,7 @@ _CUDA = {
     "register_alloc_unit": int, "max_threads_per_block": int, "max_warps_per_sm": int,
     "max_ctas_per_sm": int, "shared_memory_per_sm": int, "shared_memory_per_block": int,
     "shared_memory_per_block_optin": int, "reserved_shared_memory_per_block": int,
-    "shared_memory_alloc_unit": int,
+    "shared_memory_alloc_unit": int, "memory_latency_ns": (int, float),
 }
 _SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120", "sm_120a")
 
@@ -58,6 +58,7 @@ class Target:
     shared_memory_per_block_optin: int = 0
     reserved_shared_memory_per_block: int = 0
     shared_memory_alloc_unit: int = 0
+    memory_latency_ns: float = 0
     source: str = field(default="", compare=False)
 
     @property

@@ -29,9 +29,6 @@ UNROLL = 256  # pragma_auto_unroll_max_step of fixed-extent inner loops
 GEMV_MAX_ROWS = 8  # output rows (one warp each) of the largest gemv block
 PREFERRED_THREADS = 256  # block size of simple kernels, unless occupancy needs more
 GEMM_MICRO_K = (32, 16, 8)  # k per gemm shared-memory stage, largest that fits first
-MEMORY_LATENCY_NS = 700  # DRAM load latency assumed for bytes-in-flight (Little's law)
-
-
 @dataclass(frozen=True)
 class GemmTiles:
     """Tile shape of the gemm schedule (dlight Matmul.Config, tensor cores off).
@@ -87,7 +84,7 @@ def cuda_params(target: Target) -> CudaParams:
     - attention: half of an SM's resident threads (power of two, within
       max_threads_per_block), since decode launches only heads x rows blocks; its key
       loops are unrolled until one block has bytes_in_flight_per_sm of loads outstanding
-      (bandwidth_gbs / sm_count x MEMORY_LATENCY_NS).
+      (bandwidth_gbs / sm_count x memory_latency_ns).
     """
     if not target.is_cuda:
         raise ValueError(f"target {target.name!r} is not a CUDA target")
@@ -110,7 +107,8 @@ def cuda_params(target: Target) -> CudaParams:
         gemv_min_blocks=4 * target.sm_count,
         gemm=gemm,
         attention_threads=pow2_floor(min(target.max_threads_per_block, resident // 2)),
-        bytes_in_flight_per_sm=int(target.bandwidth_gbs * MEMORY_LATENCY_NS / target.sm_count),
+        bytes_in_flight_per_sm=int(
+            target.bandwidth_gbs * target.memory_latency_ns / target.sm_count),
         max_dynamic_smem=target.shared_memory_per_block_optin,
     )
 
