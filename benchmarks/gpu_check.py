@@ -8,6 +8,7 @@ imports ninfer.runtime from this checkout, which does not need TVM.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,11 @@ def main(root: Path) -> int:
                 r = srv.client.post("/v1/completions", json={
                     "prompt": ids, "max_tokens": 32, "temperature": 0,
                     "return_token_ids": True}).json()
+                if "choices" not in r:
+                    print(f"{build.name}: ERROR {r}")
+                    print("\n".join(srv.output))
+                    failures += 1
+                    break
                 got = r["choices"][0]["token_ids"]
                 ok = got == want[: len(got)] and (len(got) == len(want) or
                                                    r["choices"][0]["finish_reason"] == "stop")
@@ -64,7 +70,38 @@ def main(root: Path) -> int:
                   f"{t['prompt_per_second']:.1f} tok/s ({time.perf_counter() - t0:.2f} s wall)")
             print("\n".join(srv.output))
     print(f"{failures} mismatches")
+    for build in sorted(p for p in root.iterdir() if (p / "ninfer-server").exists()):
+        failures += sanitize(build, prompts[1], expected[1])
     return 1 if failures else 0
+
+
+def sanitize(build: Path, ids: list[int], want: list[int]) -> int:
+    """One prefill + decode under compute-sanitizer memcheck (where the machine allows it)."""
+    import shutil
+
+    from ninfer.runtime import Server, ServerError
+
+    tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not Path(tool).exists():
+        print("compute-sanitizer: not found")
+        return 0
+    srv = Server(build, startup_timeout=240)
+    srv.args = [tool, "--tool", "memcheck", "--error-exitcode", "9", *srv.args]
+    try:
+        with srv:
+            r = srv.client.post("/v1/completions", json={
+                "prompt": ids, "max_tokens": 8, "temperature": 0,
+                "return_token_ids": True}, timeout=240).json()
+            got = r["choices"][0]["token_ids"]
+            print(f"{build.name} under memcheck: got {got} want {want[:8]}")
+    except ServerError as e:
+        print(f"{build.name} under memcheck: server did not start: {e}")
+        return 0
+    report = [line for line in srv.output if line.startswith("=====")]
+    print("\n".join(report)[-4000:])
+    bad = [line for line in report if re.match(r"=+\s+(Invalid|Program hit|Uninit|Race)", line)]
+    print(f"{build.name} memcheck: {len(bad)} error lines")
+    return int(bool(bad))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ for mode in ("tvm", "coop"):
     for junk in ("src", "cmake-build"):
         shutil.rmtree(out / junk)
 PY
+    nvcc -O2 -arch="$(.venv/bin/python -c "from ninfer.targets import load_target as t; print(t('$target').arch)")" \
+      -o "$root/membench" benchmarks/gpu_membench.cu
     # Debian ships cpp-httplib only as a shared library: carry it beside the servers.
     cp -L /lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$root/lib/"
     du -sh "$root"
@@ -36,7 +38,8 @@ PY
   run)
     export LD_LIBRARY_PATH="$PWD/$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
-    python3 benchmarks/gpu_check.py "$root"
+    "$root/membench" || true
+    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py "$root"
     ;;
   *)
     echo "usage: $0 prepare [TARGET] | run" >&2

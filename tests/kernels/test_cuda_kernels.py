@@ -246,3 +246,23 @@ def test_evaluate_launch_expressions() -> None:
     assert evaluate("(n % 8)", {"n": 33}) == 1
     with pytest.raises(KeyError, match="pos0"):
         evaluate("(pos0 + 1)", {"n": 1})
+
+
+@pytest.mark.parametrize("target_name", GPU_TARGETS)
+def test_attention_scores_cover_whole_score_steps(target_name: str) -> None:
+    """The score loop stores every key of its last step (TVM's lowered allreduce drops the
+    mask on its store; found by compute-sanitizer on an H200): the dynamic scores array
+    must hold ceil(keys / pad) * pad floats, not pos0 + n."""
+    from ninfer.kernels.cuda_attention import attention_key_pad
+
+    shape = MODELS[sorted(MODELS)[0]]
+    module = cuda_module(sorted(MODELS)[0], target_name)
+    params = cuda_params(load_target(target_name))
+    (spec,) = [s for s in shape.kernels() if isinstance(s, AttentionSpec)]
+    (launch,) = [la for la in module.launches if la.spec_name == spec.name()]
+    pad = attention_key_pad(spec, params)
+    assert pad > 1
+    for keys in (1, pad - 1, pad, pad + 1, shape.max_ctx):
+        for n in {1, keys}:
+            smem = evaluate(launch.dynamic_smem, {"n": n, "pos0": keys - n})
+            assert smem == -(-keys // pad) * pad * 4, (keys, n, smem)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import tvm
@@ -27,7 +27,7 @@ from tvm.tirx.build import split_host_device_mods
 from ninfer.targets import Target
 
 from . import cuda_schedules as cs
-from .cuda_attention import schedule_attention
+from .cuda_attention import attention_dynamic_smem, schedule_attention
 from .spec import (
     AddSpec,
     AttentionSpec,
@@ -127,6 +127,7 @@ def cuda_primfunc(spec: KernelSpec, target: Target) -> tirx.PrimFunc:
 
 def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule:
     """Schedule every spec for `target` and lower them into one CUDA translation unit."""
+    specs = list(specs)
     funcs: dict[str, tirx.PrimFunc] = {}
     sizes = {"n"}
     for spec in specs:
@@ -136,9 +137,24 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
     if not funcs:
         raise ValueError("no kernel specs given; pass at least one spec")
     module = lower_to_cuda(tvm.IRModule(funcs), cuda_target(target), sizes)
+    _pad_attention_scores(module, {spec.name(): spec for spec in specs}, cs.cuda_params(target))
     order = {name: i for i, name in enumerate(funcs)}
     module.launches.sort(key=lambda launch: order[launch.spec_name])  # stable: keeps _1, _2
     return module
+
+
+def _pad_attention_scores(module: CudaModule, specs: Mapping[str, KernelSpec],
+                          params: cs.CudaParams) -> None:
+    """Attention launches get the padded scores size (cuda_attention.attention_key_pad):
+    TVM sizes the dynamic buffer by its logical extent, pos0 + n floats."""
+    for i, launch in enumerate(module.launches):
+        spec = specs[launch.spec_name]
+        if not isinstance(spec, AttentionSpec):
+            continue
+        if launch.dynamic_smem != "((pos0 + n) * 4)":
+            raise RuntimeError(f"{spec.name()}: unexpected dynamic shared memory "
+                               f"{launch.dynamic_smem}; the scores array layout changed")
+        module.launches[i] = replace(launch, dynamic_smem=attention_dynamic_smem(spec, params))
 
 
 def lower_to_cuda(mod: tvm.IRModule, target: tvm.target.Target, sizes: set[str]) -> CudaModule:

@@ -17,7 +17,8 @@ into VD-wide vectors, TY rows of lanes take every TY-th key. Per block:
 
 Query head h reads kv head h // (heads / kv_heads). Nothing is written to global memory
 except `out`; the only buffer sized by the context is the scores array, so max_ctx is
-limited by the shared memory a block may opt into (checked here, with the numbers).
+limited by the shared memory a block may opt into (checked here, with the numbers). The
+scores array is padded to whole score-loop steps (see attention_key_pad).
 """
 
 from __future__ import annotations
@@ -58,10 +59,26 @@ def attention_unroll(spec: AttentionSpec, params: CudaParams) -> int:
     return min(MAX_UNROLL, pow2_ceil(-(-params.bytes_in_flight_per_sm // per_step)))
 
 
+def attention_key_pad(spec: AttentionSpec, params: CudaParams) -> int:
+    """Keys per step of the score loop (TY lane rows x U keys). The score loop runs whole
+    steps and TVM's cross-thread reduction stores every key of the last step, masked or
+    not (the store of a lowered allreduce drops the loop's predicate), so the scores array
+    is sized to a whole number of steps: ceil(keys / pad) * pad floats."""
+    return attention_layout(spec, params)[2] * attention_unroll(spec, params)
+
+
+def attention_dynamic_smem(spec: AttentionSpec, params: CudaParams) -> str:
+    """Dynamic shared memory (bytes) of one launch, a C expression over pos0 and n."""
+    pad = attention_key_pad(spec, params)
+    return f"((((pos0 + n) + {pad - 1}) / {pad}) * {pad * SCORE_BYTES})"
+
+
 def attention_smem_bytes(spec: AttentionSpec, params: CudaParams) -> int:
     """Shared memory of one block at the largest context: scores + partial accumulators."""
     ty = attention_layout(spec, params)[2]
-    return spec.max_ctx * SCORE_BYTES + ty * spec.head_dim * 4 + 4 * WARP * 4
+    pad = attention_key_pad(spec, params)
+    keys = -(-spec.max_ctx // pad) * pad
+    return keys * SCORE_BYTES + ty * spec.head_dim * 4 + 4 * WARP * 4
 
 
 def schedule_attention(
