@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +39,30 @@ class Arena {
 struct Options {
   int threads = 0;             // CPU: kernel threads (0 = all cores)
   bool allow_more_sms = false; // CUDA: accept a GPU with more SMs than the target
+  bool graphs = true;          // CUDA: replay steps as CUDA graphs (--no-cuda-graph: eager)
 };
+
+// Recorded steps, one per key (the step program's shape: padded rows x logits rows).
+// CUDA with graphs on: the first run of a key is eager (lazy allocations and kernel
+// attributes happen there), the second is captured into a CUDA graph and launched, and
+// later runs only launch it. The body must take every per-step value from device memory
+// (tokens, positions, block tables...) that is written before run(), so a replay never
+// sees a stale value. Otherwise (CPU, or graphs off) run() calls the body.
+class StepGraphs {
+ public:
+  StepGraphs();
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+  void run(uint64_t key, const std::function<void()>& body);
+  size_t captured() const;  // graphs instantiated so far
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+// Whether steps are replayed as graphs (then the step program pads rows to buckets).
+bool graphs_enabled();
 
 // Prepares the backend before a model is created. CUDA: selects the GPU and refuses
 // one whose compute capability or SM count differs from the compiled target.

@@ -48,4 +48,12 @@ void to_host(void* dst, const void* src, size_t bytes) {
 }
 void synchronize() {}
 
+// The CPU has no graphs: every step runs its kernels directly.
+struct StepGraphs::Impl {};
+StepGraphs::StepGraphs() = default;
+StepGraphs::~StepGraphs() = default;
+void StepGraphs::run(uint64_t, const std::function<void()>& body) { body(); }
+size_t StepGraphs::captured() const { return 0; }
+bool graphs_enabled() { return false; }
+
 }  // namespace ninfer::backend

@@ -1,6 +1,8 @@
 // backend.h on CUDA: device memory on one stream; weights are uploaded from the
 // mmapped artifact once; init() refuses a GPU the launch budgets were not proven for.
 #include <cstdio>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "artifact.h"
@@ -17,6 +19,7 @@ cudaStream_t stream();
 namespace backend {
 namespace {
 cuda::DeviceInfo g_device;
+bool g_graphs = true;
 }
 
 struct Arena::Impl {
@@ -50,6 +53,66 @@ void init(const Options& options) {
   g_device = cuda::query_device(0);
   cuda::guard_device(g_device, cuda::kCompiledTarget, options.allow_more_sms);
   cuda::check(cudaSetDevice(g_device.ordinal), "cudaSetDevice");
+  g_graphs = options.graphs;
+}
+
+bool graphs_enabled() { return g_graphs; }
+
+struct StepGraphs::Impl {
+  struct Entry {
+    int runs = 0;
+    cudaGraphExec_t exec = nullptr;
+    bool eager = false;  // capture failed once: this key stays eager
+  };
+  std::unordered_map<uint64_t, Entry> entries;
+  size_t captured = 0;
+  ~Impl() {
+    for (auto& [key, e] : entries)
+      if (e.exec) cudaGraphExecDestroy(e.exec);
+  }
+};
+
+StepGraphs::StepGraphs() : impl_(std::make_unique<Impl>()) {}
+StepGraphs::~StepGraphs() = default;
+size_t StepGraphs::captured() const { return impl_->captured; }
+
+void StepGraphs::run(uint64_t key, const std::function<void()>& body) {
+  Impl::Entry& e = impl_->entries[key];
+  if (!g_graphs || e.eager || e.runs++ == 0) {
+    body();  // graphs off, capture failed before, or the warm-up run of this key
+    return;
+  }
+  if (e.exec == nullptr) {
+    cudaStream_t s = cuda::stream();
+    cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
+                "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    std::string why;
+    try {
+      body();
+    } catch (const std::exception& ex) {
+      why = ex.what();  // e.g. a launch kind this driver cannot capture
+    }
+    const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+    if (why.empty() && ended != cudaSuccess) why = cudaGetErrorString(ended);
+    if (why.empty()) {
+      const cudaError_t made = cudaGraphInstantiate(&e.exec, graph, 0);
+      if (made != cudaSuccess) why = cudaGetErrorString(made);
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (!why.empty()) {
+      // Say so once and run this shape eagerly from now on.
+      cudaGetLastError();
+      e.exec = nullptr;
+      e.eager = true;
+      std::fprintf(stderr, "ninfer-server: step shape %llu runs without a CUDA graph: %s\n",
+                   static_cast<unsigned long long>(key), why.c_str());
+      body();
+      return;
+    }
+    ++impl_->captured;
+  }
+  cuda::check(cudaGraphLaunch(e.exec, cuda::stream()), "cudaGraphLaunch");
 }
 
 std::string describe() {

@@ -125,8 +125,29 @@ def test_no_weights_and_missing_dir(tmp_path):
 def test_plan_fails_with_numbers_when_memory_does_not_fit(tmp_path):
     graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
     target = load_target("cpu").with_overrides(memory_gib=0.01)
-    with pytest.raises(PlanError, match=r"weights .* GiB \+ KV cache .* > 0\.01 GiB"):
+    with pytest.raises(PlanError, match=r"budget of 10\.2 MiB: weights .* MiB \+ activations "
+                       r".* leave 0\.0 MiB for the KV cache, which needs .* MiB for 32 blocks"):
         make_plan(graph, target, ServeLimits(max_context=512, max_prefill_chunk=64))
+
+
+def test_plan_sizes_the_paged_kv_pool(tmp_path):
+    graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
+    cpu = load_target("cpu")
+    auto = make_plan(graph, cpu, ServeLimits(512, 64, max_concurrency=4))
+    assert auto.kv.blocks == 4 * 512 // 16 + 1  # every slot at full context + reserved
+    assert auto.kv.tokens == 4 * 512
+    assert auto.memory.kv_bytes == auto.kv.blocks * auto.kv.bytes_per_block
+    fixed = make_plan(graph, cpu, ServeLimits(512, 64, max_concurrency=4, kv_capacity=1000))
+    assert fixed.kv.tokens == 1008  # rounded up to whole blocks
+    attention = fixed.kernels["attention"]
+    assert (attention.kv_blocks, attention.max_seqs) == (fixed.kv.blocks, 4)
+    # auto shrinks to the memory left, but never below one full sequence
+    small = cpu.with_overrides(memory_gib=0.0635)
+    assert make_plan(graph, small, ServeLimits(512, 64, max_concurrency=64)).kv.tokens < 64 * 512
+    with pytest.raises(PlanError, match="cannot hold one sequence of --max-context 512"):
+        make_plan(graph, cpu, ServeLimits(512, 64, kv_capacity=100))
+    with pytest.raises(PlanError, match="--max-concurrency 65 must be in"):
+        make_plan(graph, cpu, ServeLimits(512, 64, max_concurrency=65))
 
 
 def test_plan_rejects_context_beyond_model(tmp_path):

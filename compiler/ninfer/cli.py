@@ -27,20 +27,26 @@ console = Console(stderr=True)
               help="Compiled maximum context (prompt + reply) in tokens.")
 @click.option("--max-prefill-chunk", default=512, show_default=True, type=click.IntRange(1),
               help="Largest number of prompt tokens in one forward pass.")
+@click.option("--max-concurrency", default=8, show_default=True, type=click.IntRange(1),
+              help="Compiled maximum sequences per step (continuous batching slots).")
+@click.option("--kv-capacity", default="auto", show_default=True,
+              help="Tokens in the paged KV pool: 'auto' (every slot at full context, capped "
+                   "by the memory left after weights and activations) or a number.")
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
 @click.option("--dump", "dump_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Write every stage's output (graph, plan, report, generated code) here.")
-@click.option("--prefill-projections", type=click.Choice(["tvm", "coop"]), default="tvm",
-              show_default=True,
+@click.option("--prefill-projections", type=click.Choice(["auto", "tvm", "coop"]),
+              default="auto", show_default=True,
               help="CUDA: prefill projections through the TVM GEMM or the cooperative "
-                   "split-K family (routes derived per target).")
+                   "split-K family (routes derived per target); auto = coop on CUDA.")
 @click.option("--explain", is_flag=True,
               help="Print the launch verification table (GPU targets): kernel, registers, "
                    "shared memory, CTAs/SM, resident budget, largest size that fits.")
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
-         max_context: int, max_prefill_chunk: int, memory_gib: float | None,
+         max_context: int, max_prefill_chunk: int, max_concurrency: int, kv_capacity: str,
+         memory_gib: float | None,
          no_python_module: bool, dump_dir: Path | None, prefill_projections: str,
          explain: bool) -> None:
     """Compile a checkpoint for a target into a standalone ninfer-server."""
@@ -53,9 +59,14 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
         model_id = model_id or "ninfer-demo"
         console.print(f"[dim]no --model given: using the embedded demo checkpoint "
                       f"({model_dir})[/dim]")
+    if kv_capacity != "auto" and not (kv_capacity.isdigit() and int(kv_capacity) > 0):
+        raise click.BadParameter(f"{kv_capacity!r} is neither 'auto' nor a positive number "
+                                 "of tokens", param_hint="--kv-capacity")
     opts = CompileOptions(model_dir=model_dir, target=target, out_dir=out_dir,
                           model_id=model_id, max_context=max_context,
-                          max_prefill_chunk=max_prefill_chunk, memory_gib=memory_gib,
+                          max_prefill_chunk=max_prefill_chunk, max_concurrency=max_concurrency,
+                          kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
+                          memory_gib=memory_gib,
                           python_module=not no_python_module, dump_dir=dump_dir,
                           prefill_projections=prefill_projections)
     try:
@@ -72,6 +83,9 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
     console.print(f"  memory plan: weights {mem['weights_bytes'] / 2**20:.1f} MiB, "
                   f"KV {mem['kv_bytes'] / 2**20:.1f} MiB, activations "
                   f"{mem['activation_bytes'] / 2**20:.1f} MiB")
+    kv = result.report_data["plan"]["kv"]
+    console.print(f"  KV pool: {kv['tokens']} tokens in {kv['blocks'] - 1} blocks of "
+                  f"{kv['block_size']} ({kv['bytes_per_block']} B per block)")
     console.print(f"[green]built[/green] {result.server}")
     print(result.out_dir)
 

@@ -15,8 +15,6 @@ import numpy as np
 
 from ninfer import __version__
 from ninfer.artifact import PendingTensor, write_artifact
-from ninfer.build import cmake_build
-from ninfer.codegen import render_tree
 from ninfer.frontend import open_checkpoint
 from ninfer.frontend.chat_template import compile_chat_template
 from ninfer.frontend.config import FrontendError
@@ -38,14 +36,19 @@ class CompileOptions:
     model_id: str | None = None
     max_context: int = 4096
     max_prefill_chunk: int = 512
+    max_concurrency: int = 8
+    kv_capacity: int = 0  # tokens; 0 = auto
     memory_gib: float | None = None
     python_module: bool = True
     dump_dir: Path | None = None
     # CUDA: "tvm" runs prefill projections through the TVM GEMM; "coop" through the
-    # cooperative split-K family with verifier-derived routes (opt-in until it has been
-    # validated on a GPU).
-    prefill_projections: str = "tvm"
+    # cooperative split-K family with verifier-derived routes (validated on an H200);
+    # "auto" = coop on CUDA targets, tvm on the CPU.
+    prefill_projections: str = "auto"
     kernel_cache: Path = field(default_factory=lambda: DEFAULT_BUILD_DIR / ".kernel-cache")
+    # False: build everything but model.ninfer (write it later with write_model_artifact,
+    # e.g. on a machine that holds the weights but not TVM).
+    write_artifact: bool = True
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,11 @@ class CompileResult:
 
 
 def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> CompileResult:
+    # Code generation imports tvm_ffi and the build needs a toolchain; both are imported
+    # here so that write_model_artifact runs where neither exists.
+    from ninfer.build import cmake_build
+    from ninfer.codegen import render_tree
+
     timings: dict[str, float] = {}
 
     def stage(name: str) -> Callable[[], None]:
@@ -72,20 +80,14 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
 
     # 2. Frontend: checkpoint -> typed graph; tokenizer and chat template checked.
     done = stage("frontend")
-    ckpt = open_checkpoint(opts.model_dir)
-    graph = build_graph(ckpt)
-    tok = tokenizer_info(ckpt)
-    chat = None
-    if tok.chat_template is not None:
-        chat = compile_chat_template(tok.chat_template, bos_token=tok.bos_token or "",
-                                     eos_token=tok.eos_token or "")
+    front = _frontend(opts.model_dir)
+    graph = front.graph
     model_id = opts.model_id or opts.model_dir.resolve().name
     done()
 
     # 3. Plan: serve limits, kernel instances per role, memory budget.
     done = stage("plan")
-    limits = ServeLimits(opts.max_context, min(opts.max_prefill_chunk, opts.max_context))
-    plan = make_plan(graph, target, limits)
+    plan = make_plan(graph, target, _limits(opts))
     done()
 
     out_dir = (opts.out_dir or DEFAULT_BUILD_DIR / f"{model_id}-{target.name}").resolve()
@@ -99,15 +101,18 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     done = stage("kernels")
     verified = None
     coop_reports: list[Any] = []
-    if opts.prefill_projections not in ("tvm", "coop"):
-        raise FrontendError(f"--prefill-projections must be 'tvm' or 'coop', got "
-                            f"{opts.prefill_projections!r}")
-    if opts.prefill_projections == "coop" and not target.is_cuda:
+    projections = opts.prefill_projections
+    if projections not in ("auto", "tvm", "coop"):
+        raise FrontendError(f"--prefill-projections must be 'auto', 'tvm' or 'coop', got "
+                            f"{projections!r}")
+    if projections == "coop" and not target.is_cuda:
         raise FrontendError("--prefill-projections coop needs a CUDA target")
+    if projections == "auto":
+        projections = "coop" if target.is_cuda else "tvm"
     if target.is_cuda:
         verified = _verify_cuda_kernels(plan, target, graph, opts.kernel_cache)
         backend = _cuda_backend_values(verified, plan)
-        if opts.prefill_projections == "coop":
+        if projections == "coop":
             backend.update(_coop_values(plan, target, opts.kernel_cache, coop_reports))
     else:
         backend = {"kernel_object": str(
@@ -123,8 +128,8 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     # 6. Artifact: weights (fused where the step program wants it) + manifest.
     done = stage("artifact")
     artifact_path = out_dir / "model.ninfer"
-    manifest = _manifest(graph, plan, target, model_id, tok, chat)
-    write_artifact(artifact_path, manifest, _pending_tensors(graph, ckpt, plan))
+    if opts.write_artifact:
+        _write(artifact_path, front, plan, target, model_id)
     done()
 
     # 7. Build: CMake + Ninja -> ninfer-server (+ ninfer_engine Python module).
@@ -210,6 +215,46 @@ def _launch_rows(verified: Any, extra_reports: list[Any]) -> list[dict[str, Any]
               "sizes", "max_ok_size")
     rows = [row for report in (verified.report, *extra_reports) for row in table_rows(report)]
     return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+@dataclass(frozen=True)
+class _Frontend:
+    ckpt: Any
+    graph: ModelGraph
+    tok: TokenizerInfo
+    chat: Any
+
+
+def _frontend(model_dir: Path) -> _Frontend:
+    ckpt = open_checkpoint(model_dir)
+    graph = build_graph(ckpt)
+    tok = tokenizer_info(ckpt)
+    chat = None
+    if tok.chat_template is not None:
+        chat = compile_chat_template(tok.chat_template, bos_token=tok.bos_token or "",
+                                     eos_token=tok.eos_token or "")
+    return _Frontend(ckpt, graph, tok, chat)
+
+
+def _limits(opts: CompileOptions) -> ServeLimits:
+    return ServeLimits(opts.max_context, min(opts.max_prefill_chunk, opts.max_context),
+                       max_concurrency=opts.max_concurrency, kv_capacity=opts.kv_capacity)
+
+
+def _write(path: Path, front: _Frontend, plan: Plan, target: Target, model_id: str) -> None:
+    manifest = _manifest(front.graph, plan, target, model_id, front.tok, front.chat)
+    write_artifact(path, manifest, _pending_tensors(front.graph, front.ckpt, plan))
+
+
+def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
+    """Only stage 6: the model.ninfer that compile_model(opts) would write (needs no TVM,
+    no compiler). The weights may differ from the compiling machine's; the shapes, target,
+    limits and tokenizer must not, or the server refuses the artifact."""
+    target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
+    front = _frontend(opts.model_dir)
+    model_id = opts.model_id or opts.model_dir.resolve().name
+    _write(path, front, make_plan(front.graph, target, _limits(opts)), target, model_id)
+    return path
 
 
 def _pending_tensors(graph: ModelGraph, ckpt: Any, plan: Plan) -> list[PendingTensor]:

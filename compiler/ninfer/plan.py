@@ -9,10 +9,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ninfer.frontend.graph import ModelGraph
-from ninfer.kernels import (
+from ninfer.kernels.spec import (
     AddSpec,
     AttentionSpec,
     EmbeddingSpec,
+    KvStoreSpec,
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
@@ -27,10 +28,12 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class ServeLimits:
-    max_context: int
-    max_prefill_chunk: int
-    max_concurrency: int = 1
+    max_context: int  # tokens per sequence
+    max_prefill_chunk: int  # rows per step: decode rows of every sequence + prompt chunks
+    max_concurrency: int = 1  # sequences per step (slots of the block table)
     gemv_max_rows: int = 4  # row counts up to this use the GEMV schedule, above it GEMM
+    kv_block_size: int = 16  # tokens per KV block
+    kv_capacity: int = 0  # tokens in the KV pool; 0 = auto (every slot at full context)
 
     def validate(self, graph: ModelGraph) -> None:
         cfg = graph.config
@@ -43,9 +46,33 @@ class ServeLimits:
         if not 1 <= self.max_prefill_chunk <= self.max_context:
             raise PlanError(f"--max-prefill-chunk {self.max_prefill_chunk} must be in "
                             f"[1, max context {self.max_context}]")
-        if self.max_concurrency != 1:
-            raise PlanError(f"--max-concurrency {self.max_concurrency}: this version serves "
-                            "one sequence at a time; pass 1")
+        if not 1 <= self.max_concurrency <= self.max_prefill_chunk:
+            raise PlanError(f"--max-concurrency {self.max_concurrency} must be in [1, prefill "
+                            f"chunk {self.max_prefill_chunk}]: every running sequence decodes "
+                            "one row per step")
+        if self.kv_block_size not in (8, 16, 32, 64):
+            raise PlanError(f"kv block size {self.kv_block_size} must be 8, 16, 32 or 64")
+        if self.kv_capacity and self.kv_capacity < self.max_context:
+            raise PlanError(f"--kv-capacity {self.kv_capacity} tokens cannot hold one sequence "
+                            f"of --max-context {self.max_context}; raise it or lower the "
+                            "context")
+
+    @property
+    def blocks_per_seq(self) -> int:
+        return -(-self.max_context // self.kv_block_size)
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    """The paged KV pool: `blocks` of `block_size` tokens (block 0 reserved for padding)."""
+
+    block_size: int
+    blocks: int
+    bytes_per_block: int  # all layers, keys and values
+
+    @property
+    def tokens(self) -> int:
+        return (self.blocks - 1) * self.block_size
 
 
 @dataclass(frozen=True)
@@ -67,6 +94,7 @@ class Plan:
     kernels: dict[str, Any]  # role -> kernel spec
     buffers: dict[str, int]  # activation buffer -> float32 elements per row
     memory: MemoryPlan
+    kv: KvPlan
 
     def unique_kernels(self) -> list[Any]:
         seen: dict[str, Any] = {}
@@ -80,6 +108,7 @@ class Plan:
             "kernels": {role: spec.name() for role, spec in self.kernels.items()},
             "buffers": self.buffers,
             "memory": {**asdict(self.memory), "total_bytes": self.memory.total_bytes},
+            "kv": {**asdict(self.kv), "tokens": self.kv.tokens},
         }
 
 
@@ -90,17 +119,53 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits) -> Plan:
     q_dim, kv_dim = cfg.num_heads * d, cfg.num_kv_heads * d
     bias = graph.traits.qkv_bias
 
+    # Activation buffers, in floats per token row (sized for the largest step).
+    buffers = {"x": h, "res": h, "h": h, "q": q_dim, "qr": q_dim, "k": kv_dim, "kn": kv_dim,
+               "kr": kv_dim, "v": kv_dim, "att": q_dim, "o": h, "gu": 2 * inter,
+               "act": inter}
+    chunk, conc = limits.max_prefill_chunk, limits.max_concurrency
+    weights_bytes = sum(4 * _numel(w.shape) for w in graph.weights)
+    weights_bytes += 2 * 4 * limits.max_context * (d // 2)  # rope tables
+    activation_bytes = 4 * (chunk * sum(buffers.values()) + conc * (h + v))
+    workspace_bytes = 64 << 20
+    bs = limits.kv_block_size
+    block_bytes = 2 * cfg.num_layers * bs * kv_dim * 4
+    left = target.memory_bytes - weights_bytes - activation_bytes - workspace_bytes
+    if limits.kv_capacity:
+        blocks = -(-limits.kv_capacity // bs) + 1
+    else:  # auto: every slot at full context, or what the memory left holds
+        blocks = min(conc * limits.blocks_per_seq, max(0, left) // block_bytes - 1) + 1
+    need = limits.blocks_per_seq + 1  # one sequence at full context + the reserved block
+    if blocks < need or blocks * block_bytes > left:
+        kv_need = max(blocks, need) * block_bytes
+        raise PlanError(
+            f"the model does not fit {target.name}'s memory budget of "
+            f"{_size(target.memory_bytes)}: weights {_size(weights_bytes)} + activations "
+            f"{_size(activation_bytes)} + workspace {_size(workspace_bytes)} leave "
+            f"{_size(max(0, left))} for the KV cache, which needs {_size(kv_need)} for "
+            f"{max(blocks, need) - 1} blocks of {bs} tokens ({block_bytes} B each; at least "
+            f"one sequence of {limits.max_context} tokens); lower --max-context or "
+            "--kv-capacity, or raise --memory-gib")
+    kv = KvPlan(bs, blocks, block_bytes)
+    memory = MemoryPlan(weights_bytes, blocks * block_bytes, activation_bytes,
+                        workspace_bytes=workspace_bytes, budget_bytes=target.memory_bytes)
+
     kernels: dict[str, Any] = {
         "embed": EmbeddingSpec(v, h),
         "norm": RMSNormSpec(h, cfg.rms_norm_eps),
         "head_norm": RMSNormSpec(d, cfg.rms_norm_eps),
         "rope_q": RopeSpec(cfg.num_heads, d, limits.max_context),
         "rope_k": RopeSpec(cfg.num_kv_heads, d, limits.max_context),
-        "attention": AttentionSpec(cfg.num_heads, cfg.num_kv_heads, d, limits.max_context),
+        "kv_store": KvStoreSpec(kv_dim, blocks * bs),
+        "attention": AttentionSpec(cfg.num_heads, cfg.num_kv_heads, d, limits.max_context, bs,
+                                   conc, blocks),
         "silu_mul": SiluMulSpec(inter),
         "add": AddSpec(h),
-        "lm_head": MatmulSpec(h, v, False, "gemv"),
+        "gather": EmbeddingSpec(chunk, h),  # rows whose logits are wanted
+        "lm_head_gemv": MatmulSpec(h, v, False, "gemv"),
     }
+    if conc > limits.gemv_max_rows:
+        kernels["lm_head_gemm"] = MatmulSpec(h, v, False, "gemm")
     for role, k, n, b in (("q", h, q_dim, bias), ("k", h, kv_dim, bias), ("v", h, kv_dim, bias),
                           ("o", q_dim, h, False), ("gate_up", h, 2 * inter, False),
                           ("down", inter, h, False)):
@@ -109,37 +174,19 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits) -> Plan:
     if not graph.traits.qk_norm:
         del kernels["head_norm"]
 
-    # The new keys/values are written by the projection kernels straight into the cache,
-    # so each cache row must keep the 64-byte alignment LLVM-built kernels assume.
+    # Vectorized kernels assume every row of a buffer or of the KV pool starts 64-byte
+    # aligned like the buffer base.
     if (kv_dim * 4) % 64:
         raise PlanError(f"num_key_value_heads x head_dim = {kv_dim} floats is not a multiple "
                         "of 16; this KV layout needs 64-byte aligned rows")
-    # The last row of the hidden state feeds the logits directly; vectorized kernels
-    # need its address aligned like every buffer base.
     if (h * 4) % 64:
         raise PlanError(f"hidden_size {h} is not a multiple of 16; rows of the hidden "
                         "state must stay 64-byte aligned")
+    return Plan(limits, kernels, buffers, memory, kv)
 
-    # Activation buffers, in floats per token row (sized for the largest prefill chunk).
-    buffers = {"x": h, "res": h, "h": h, "q": q_dim, "qr": q_dim, "k": kv_dim, "kn": kv_dim,
-               "att": q_dim, "o": h, "gu": 2 * inter, "act": inter}
-    chunk = limits.max_prefill_chunk
-    weights_bytes = sum(4 * _numel(w.shape) for w in graph.weights)
-    weights_bytes += 2 * 4 * limits.max_context * (d // 2)  # rope tables
-    kv_bytes = (2 * cfg.num_layers * limits.max_concurrency * limits.max_context * kv_dim * 4)
-    activation_bytes = 4 * (chunk * sum(buffers.values()) + v)
-    memory = MemoryPlan(weights_bytes, kv_bytes, activation_bytes,
-                        workspace_bytes=64 << 20, budget_bytes=target.memory_bytes)
-    if memory.total_bytes > memory.budget_bytes:
-        gib = 1 << 30
-        raise PlanError(
-            f"the model does not fit {target.name}'s memory budget: weights "
-            f"{weights_bytes / gib:.2f} GiB + KV cache {kv_bytes / gib:.2f} GiB "
-            f"({limits.max_concurrency} x {limits.max_context} tokens) + activations "
-            f"{activation_bytes / gib:.2f} GiB + workspace {memory.workspace_bytes / gib:.2f} "
-            f"GiB = {memory.total_bytes / gib:.2f} GiB > {memory.budget_bytes / gib:.2f} GiB; "
-            "lower --max-context or raise --memory-gib")
-    return Plan(limits, kernels, buffers, memory)
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -4,8 +4,8 @@ Every case compiles `case.spec` (all cases share one TVM build per module), feed
 inputs drawn fresh from a seeded rng and compares `out` with the float64 numpy reference
 (`ninfer.kernels.reference`) as ||out - ref|| / ||ref|| <= TOL.
 
-To add a case, append `Case(spec, n)` to CASES (`pos0=` for attention); the rng, the
-inputs (from `spec.signature()`), the build and the comparison are shared. A new kernel
+To add a case, append `Case(spec, n)` to CASES (attention: an AttnCase to ATTN_CASES); the
+rng, the inputs (from `spec.signature()`), the build and the comparison are shared. A new kernel
 family additionally needs its reference in reference.py and, when its integer inputs
 must lie in a range, a line in `_int_input`.
 """
@@ -33,6 +33,7 @@ from ninfer.kernels import (
     AttentionSpec,
     EmbeddingSpec,
     KernelSpec,
+    KvStoreSpec,
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
@@ -53,11 +54,10 @@ TOL = 1e-5
 class Case:
     spec: KernelSpec
     n: int  # token rows
-    pos0: int = 0  # attention only: absolute position of row 0
 
     @property
     def id(self) -> str:
-        return f"{self.spec.name()}-n{self.n}" + (f"-p{self.pos0}" if self.pos0 else "")
+        return f"{self.spec.name()}-n{self.n}"
 
 
 CASES = [
@@ -88,22 +88,126 @@ CASES = [
     Case(SiluMulSpec(inter=77), 7),
     Case(AddSpec(hidden=72), 1),
     Case(AddSpec(hidden=1027), 33),
-    # attention: GQA ratios 1, 2, 4; head_dim 32/64/128; decode and prefill; pos0 = 0 and > 0
-    Case(AttentionSpec(heads=4, kv_heads=4, head_dim=64, max_ctx=256), 1),
-    Case(AttentionSpec(heads=4, kv_heads=4, head_dim=64, max_ctx=256), 1, pos0=100),
-    Case(AttentionSpec(heads=4, kv_heads=4, head_dim=64, max_ctx=256), 33),
-    Case(AttentionSpec(heads=8, kv_heads=4, head_dim=32, max_ctx=256), 7, pos0=61),
-    Case(AttentionSpec(heads=8, kv_heads=4, head_dim=32, max_ctx=256), 1, pos0=200),
-    Case(AttentionSpec(heads=8, kv_heads=2, head_dim=128, max_ctx=512), 1, pos0=300),
-    Case(AttentionSpec(heads=8, kv_heads=2, head_dim=128, max_ctx=512), 33, pos0=7),
-    Case(AttentionSpec(heads=16, kv_heads=2, head_dim=64, max_ctx=128), 7, pos0=31),  # ratio 8
-    Case(AttentionSpec(heads=6, kv_heads=1, head_dim=64, max_ctx=128), 33),  # ratio 6
 ]
+
+
+
+
+def _attn(heads: int, kv_heads: int, head_dim: int, max_ctx: int, seqs: int = 3,
+          blocks: int = 0) -> AttentionSpec:
+    blocks = blocks or seqs * max_ctx // 16 + 1
+    return AttentionSpec(heads, kv_heads, head_dim, max_ctx, 16, seqs, blocks)
+
+
+@dataclass(frozen=True)
+class AttnCase:
+    """Paged attention over a step made of segments (slot, first position, rows)."""
+
+    spec: AttentionSpec
+    segments: tuple[tuple[int, int, int], ...]
+
+    @property
+    def n(self) -> int:
+        return sum(rows for _, _, rows in self.segments)
+
+    @property
+    def id(self) -> str:
+        return self.spec.name() + "-" + "_".join(f"s{s}p{p}n{r}" for s, p, r in self.segments)
+
+
+ATTN_CASES = [
+    # one sequence: decode and prefill; GQA ratios 1, 2, 4, 6, 8; head_dim 32/64/128
+    AttnCase(_attn(4, 4, 64, 256), ((0, 0, 1),)),
+    AttnCase(_attn(4, 4, 64, 256), ((0, 100, 1),)),
+    AttnCase(_attn(4, 4, 64, 256), ((0, 0, 33),)),
+    AttnCase(_attn(8, 4, 32, 256), ((1, 61, 7),)),
+    AttnCase(_attn(8, 4, 32, 256), ((2, 200, 1),)),
+    AttnCase(_attn(8, 2, 128, 512), ((0, 300, 1),)),
+    AttnCase(_attn(8, 2, 128, 512), ((0, 7, 33),)),
+    AttnCase(_attn(16, 2, 64, 128), ((0, 31, 7),)),
+    AttnCase(_attn(6, 1, 64, 128), ((0, 0, 33),)),
+    # mixed steps: decode rows of several slots with a prefill chunk (tiles that straddle
+    # sequences run row by row), and two chunks side by side
+    AttnCase(_attn(8, 2, 64, 256), ((2, 77, 1), (0, 5, 1), (1, 0, 13))),
+    AttnCase(_attn(8, 2, 64, 256), ((1, 16, 9), (0, 150, 1), (2, 3, 12))),
+    AttnCase(_attn(4, 4, 32, 256, seqs=5), tuple((s, 40 * s, 1) for s in range(5))),
+]
+
+KV_STORE_CASES = [KvStoreSpec(width=64, pool_rows=100), KvStoreSpec(width=130, pool_rows=40)]
 
 
 @pytest.fixture(scope="module")
 def kernels() -> tvm.runtime.Executable:
-    return build_cpu_module(case.spec for case in CASES)
+    specs = [case.spec for case in CASES] + [case.spec for case in ATTN_CASES]
+    return build_cpu_module(specs + KV_STORE_CASES)
+
+
+def attention_inputs(case: AttnCase, rng: np.random.Generator) -> list[np.ndarray]:
+    """q, pools, pos, seq, block tables for `case`: each slot gets random distinct blocks
+    (block 0 never), and every pool row no row may read holds NaN."""
+    spec = case.spec
+    free = rng.permutation(np.arange(1, spec.kv_blocks))
+    tables = np.zeros((spec.max_seqs, spec.blocks_per_seq), np.int32)
+    for s in range(spec.max_seqs):
+        tables[s] = free[s * spec.blocks_per_seq:(s + 1) * spec.blocks_per_seq]
+    rows = spec.kv_blocks * spec.block_size
+    shape = (rows, spec.kv_heads, spec.head_dim)
+    k = np.full(shape, np.nan, np.float32)
+    v = np.full(shape, np.nan, np.float32)
+    pos, seq = [], []
+    for slot, first, count in case.segments:
+        last = first + count - 1
+        j = np.arange(last + 1)
+        phys = tables[slot][j // spec.block_size] * spec.block_size + j % spec.block_size
+        k[phys] = rng.standard_normal((len(j), *shape[1:]))
+        v[phys] = rng.standard_normal((len(j), *shape[1:]))
+        pos += range(first, last + 1)
+        seq += [slot] * count
+    q = rng.standard_normal((case.n, spec.heads, spec.head_dim)).astype(np.float32)
+    return [q, k, v, np.array(pos, np.int32), np.array(seq, np.int32), tables]
+
+
+@pytest.mark.parametrize("case", ATTN_CASES, ids=lambda c: c.id)
+def test_attention_matches_reference(kernels: tvm.runtime.Executable, case: AttnCase) -> None:
+    inputs = attention_inputs(case, np.random.default_rng(zlib.crc32(case.id.encode())))
+    out = tvm.runtime.tensor(np.full(inputs[0].shape, np.nan, np.float32))
+    kernels[case.spec.name()](*(tvm.runtime.tensor(a) for a in inputs), out)
+    ref = reference(case.spec, *inputs)
+    err = np.linalg.norm(out.numpy() - ref) / np.linalg.norm(ref)
+    assert err <= TOL, f"{case.id}: relative error {err:.3g} > {TOL:g}"
+
+
+def test_attention_rows_are_batch_invariant(kernels: tvm.runtime.Executable) -> None:
+    """A sequence's rows give bit-identical outputs alone and in a mixed step."""
+    mixed = ATTN_CASES[-2]
+    inputs = attention_inputs(mixed, np.random.default_rng(1))
+    out = tvm.runtime.tensor(np.zeros(inputs[0].shape, np.float32))
+    kernels[mixed.spec.name()](*(tvm.runtime.tensor(a) for a in inputs), out)
+    start = 0
+    for slot, _, count in mixed.segments:
+        sl = slice(start, start + count)
+        alone = [inputs[0][sl], inputs[1], inputs[2], inputs[3][sl], inputs[4][sl], inputs[5]]
+        solo = tvm.runtime.tensor(np.zeros(alone[0].shape, np.float32))
+        kernels[mixed.spec.name()](*(tvm.runtime.tensor(np.ascontiguousarray(a))
+                                     for a in alone), solo)
+        assert np.array_equal(solo.numpy(), out.numpy()[sl]), f"slot {slot}"
+        start += count
+
+
+@pytest.mark.parametrize("spec", KV_STORE_CASES, ids=lambda s: s.name())
+def test_kv_store_writes_only_its_rows(kernels: tvm.runtime.Executable,
+                                       spec: KvStoreSpec) -> None:
+    rng = np.random.default_rng(spec.width)
+    rows = np.array([3, spec.pool_rows - 1, 0, -1, spec.pool_rows, 17], np.int32)
+    x = rng.standard_normal((len(rows), spec.width)).astype(np.float32)
+    pool = rng.standard_normal((spec.pool_rows, spec.width)).astype(np.float32)
+    out = tvm.runtime.tensor(pool)
+    kernels[spec.name()](tvm.runtime.tensor(x), tvm.runtime.tensor(rows), out)
+    want = pool.copy()
+    for i, r in enumerate(rows):
+        if 0 <= r < spec.pool_rows:  # out-of-range rows are skipped
+            want[r] = reference(spec, x, rows)[i]
+    assert np.array_equal(out.numpy(), want)
 
 
 def _int_input(spec: KernelSpec, name: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -115,17 +219,11 @@ def make_inputs(case: Case, rng: np.random.Generator) -> list[np.ndarray | int]:
     """Random inputs for every argument of `case.spec` except `out`, in signature order."""
     inputs: list[np.ndarray | int] = []
     for arg in case.spec.signature()[:-1]:
-        if arg.kind == "scalar":
-            inputs.append(case.pos0)
-            continue
         shape = tuple(case.n if d == "n" else d for d in arg.shape)
         if arg.dtype == "int32":
             inputs.append(_int_input(case.spec, arg.name, case.n, rng))
             continue
-        x = rng.standard_normal(shape).astype(arg.dtype)
-        if arg.name in ("k_cache", "v_cache"):
-            x[case.pos0 + case.n :] = np.nan  # rows the kernel must never read
-        inputs.append(x)
+        inputs.append(rng.standard_normal(shape).astype(arg.dtype))
     return inputs
 
 
@@ -162,7 +260,8 @@ def test_spec_names_are_c_identifiers() -> None:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: AttentionSpec(heads=6, kv_heads=4, head_dim=64, max_ctx=64),
+        lambda: AttentionSpec(6, 4, 64, 64, 16, 2, 9),
+        lambda: AttentionSpec(4, 4, 64, 64, 0, 2, 9),
         lambda: MatmulSpec(k=64, n_out=64, schedule="tiled"),
         lambda: MatmulSpec(k=64, n_out=64, wdtype="int4"),
         lambda: RopeSpec(heads=2, head_dim=63, max_pos=8),
@@ -172,13 +271,6 @@ def test_spec_names_are_c_identifiers() -> None:
 def test_invalid_specs_are_rejected(make) -> None:
     with pytest.raises(ValueError):
         make()
-
-
-def test_attention_rejects_context_overflow(kernels: tvm.runtime.Executable) -> None:
-    case = Case(AttentionSpec(heads=4, kv_heads=4, head_dim=64, max_ctx=256), 33, pos0=230)
-    inputs = make_inputs(case, np.random.default_rng(0))
-    with pytest.raises(Exception, match="exceeds max_ctx"):
-        run_kernel(kernels, case, inputs)
 
 
 # Undefined symbols an object from build_cpu_object may reference. Seen so far: the TVM-FFI
@@ -200,7 +292,8 @@ ONE_PER_FAMILY = [
     RopeSpec(heads=4, head_dim=64, max_pos=512),
     SiluMulSpec(inter=72),
     AddSpec(hidden=72),
-    AttentionSpec(heads=8, kv_heads=2, head_dim=64, max_ctx=256),
+    _attn(8, 2, 64, 256),
+    KvStoreSpec(width=128, pool_rows=512),
 ]
 
 
@@ -217,3 +310,25 @@ def test_object_exports_every_kernel(tmp_path: Path) -> None:
     for spec in ONE_PER_FAMILY:
         assert f"__tvm_ffi_{spec.name()}" in defined, f"{spec.name()} not exported"
     assert undefined <= ALLOWED_UNDEFINED, f"unexpected undefined: {undefined - ALLOWED_UNDEFINED}"
+
+
+def test_matmul_rows_are_bitwise_the_same_in_gemv_and_gemm() -> None:
+    """Batch invariance: a row's result does not depend on the schedule or the other rows
+    (k = 2100 spans three k blocks, n_out = 74 has a column tail)."""
+    gemv, gemm = MatmulSpec(2100, 74, True, "gemv"), MatmulSpec(2100, 74, True, "gemm")
+    ex = build_cpu_module([gemv, gemm])
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((9, 2100)).astype(np.float32)
+    w = rng.standard_normal((74, 2100)).astype(np.float32)
+    b = rng.standard_normal(74).astype(np.float32)
+
+    def run(spec: MatmulSpec, rows: np.ndarray) -> np.ndarray:
+        out = tvm.runtime.tensor(np.zeros((len(rows), 74), np.float32))
+        ex[spec.name()](*(tvm.runtime.tensor(a) for a in (rows, w, b)), out)
+        return out.numpy()
+
+    batched = run(gemm, x)
+    for i in range(len(x)):
+        assert np.array_equal(run(gemv, x[i : i + 1])[0], batched[i])
+        assert np.array_equal(run(gemm, x[i : i + 1])[0], batched[i])
+    assert np.array_equal(run(gemv, x[:3]), batched[:3])

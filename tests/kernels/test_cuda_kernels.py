@@ -4,7 +4,8 @@ For each GPU target and the kernel set of two Qwen3-shaped models, `build_cuda_s
 must succeed, its single translation unit must compile with `nvcc -arch=<arch> -cubin`,
 and every launch must fit the target at the largest sizes it can be asked for: threads per
 block, static + dynamic shared memory (ptxas --resource-usage plus the launch's dynamic
-size), registers of one block, grid dimensions.
+size), registers of one block, grid dimensions; the hand-written kernels (paged attention,
+KV store) must not spill.
 
 Compiled cubins are cached under build/.cuda-cache by sha256 of (arch, flags, source), so
 targets whose generated kernels are equal (h100/h200 and rtx4090/rtx4090d for these
@@ -34,6 +35,7 @@ from ninfer.kernels import (
     AttentionSpec,
     EmbeddingSpec,
     KernelSpec,
+    KvStoreSpec,
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
@@ -73,7 +75,13 @@ class ModelShape:
     head_dim: int
     vocab: int
     max_ctx: int
+    max_seqs: int = 4
+    block_size: int = 16
     eps: float = 1e-6
+
+    @property
+    def kv_blocks(self) -> int:
+        return self.max_seqs * self.max_ctx // self.block_size + 1  # + the reserved block
 
     def kernels(self) -> list[KernelSpec]:
         """The unique kernels of a dense Qwen3 model (q/k norm, no bias), as plan.py builds."""
@@ -85,7 +93,9 @@ class ModelShape:
             RMSNormSpec(d, self.eps),
             RopeSpec(self.heads, d, self.max_ctx),
             RopeSpec(self.kv_heads, d, self.max_ctx),
-            AttentionSpec(self.heads, self.kv_heads, d, self.max_ctx),
+            KvStoreSpec(kv_dim, self.kv_blocks * self.block_size),
+            AttentionSpec(self.heads, self.kv_heads, d, self.max_ctx, self.block_size,
+                          self.max_seqs, self.kv_blocks),
             SiluMulSpec(self.inter),
             AddSpec(h),
             MatmulSpec(h, self.vocab),
@@ -113,6 +123,7 @@ def cuda_module(model: str, target: str) -> CudaModule:
 class Resources:
     registers: int
     static_smem: int
+    spill_bytes: int = 0
 
 
 def nvcc_compile(source: str, arch: str) -> dict[str, Resources]:
@@ -142,21 +153,26 @@ def nvcc_compile(source: str, arch: str) -> dict[str, Resources]:
 def _parse_resources(text: str) -> dict[str, Resources]:
     out: dict[str, Resources] = {}
     kernel = None
+    spills = 0
     for line in text.splitlines():
         entry = re.search(r"Compiling entry function '(\w+)'", line)
         if entry:
-            kernel = entry.group(1)
+            kernel, spills = entry.group(1), 0
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if spill:
+            spills = int(spill.group(1)) + int(spill.group(2))
         used = re.search(r"Used (\d+) registers", line)
         if used and kernel:
             smem = re.search(r"(\d+) bytes smem", line)
-            out[kernel] = Resources(int(used.group(1)), int(smem.group(1)) if smem else 0)
+            out[kernel] = Resources(int(used.group(1)), int(smem.group(1)) if smem else 0,
+                                    spills)
             kernel = None
     return out
 
 
 def _size_corners(max_ctx: int) -> list[dict[str, int]]:
-    """(n, pos0) at the corners of 1 <= n, pos0 >= 0, pos0 + n <= max_ctx."""
-    return [{"n": n, "pos0": pos0} for n in (1, max_ctx) for pos0 in {0, max_ctx - n}]
+    """The smallest and largest row counts (launch sizes depend on n only)."""
+    return [{"n": n} for n in (1, max_ctx)]
 
 
 def test_every_shipped_gpu_target_is_covered() -> None:
@@ -182,6 +198,8 @@ def test_kernels_compile_and_fit(model: str, target_name: str) -> None:
         assert threads <= target.max_threads_per_block, name
         used = resources[name]
         assert used.registers * threads <= target.registers_per_sm, name
+        if launch.spec_name.startswith(("attention_", "kv_store_")):
+            assert used.spill_bytes == 0, f"{name} spills {used.spill_bytes} B on {target.arch}"
         for sizes in _size_corners(shape.max_ctx):
             smem = used.static_smem + evaluate(launch.dynamic_smem, sizes)
             assert smem <= target.shared_memory_per_block_optin, f"{name} at {sizes}: {smem} B"
@@ -249,20 +267,40 @@ def test_evaluate_launch_expressions() -> None:
 
 
 @pytest.mark.parametrize("target_name", GPU_TARGETS)
-def test_attention_scores_cover_whole_score_steps(target_name: str) -> None:
-    """The score loop stores every key of its last step (TVM's lowered allreduce drops the
-    mask on its store; found by compute-sanitizer on an H200): the dynamic scores array
-    must hold ceil(keys / pad) * pad floats, not pos0 + n."""
-    from ninfer.kernels.cuda_attention import attention_key_pad
-
-    shape = MODELS[sorted(MODELS)[0]]
-    module = cuda_module(sorted(MODELS)[0], target_name)
+def test_hand_written_launches_follow_n(target_name: str) -> None:
+    """Paged attention and the KV store take their signature plus n, need no dynamic shared
+    memory, and their grids follow n alone (one CUDA graph per row count serves every
+    position and block table): attention one block per (row, head), the store one thread
+    per vector of the n x width inputs."""
     params = cuda_params(load_target(target_name))
-    (spec,) = [s for s in shape.kernels() if isinstance(s, AttentionSpec)]
-    (launch,) = [la for la in module.launches if la.spec_name == spec.name()]
-    pad = attention_key_pad(spec, params)
-    assert pad > 1
-    for keys in (1, pad - 1, pad, pad + 1, shape.max_ctx):
-        for n in {1, keys}:
-            smem = evaluate(launch.dynamic_smem, {"n": n, "pos0": keys - n})
-            assert smem == -(-keys // pad) * pad * 4, (keys, n, smem)
+    for model, shape in MODELS.items():
+        module = cuda_module(model, target_name)
+        launches = {la.spec_name: la for la in module.launches}
+        for spec in shape.kernels():
+            if not isinstance(spec, AttentionSpec | KvStoreSpec):
+                continue
+            launch = launches[spec.name()]
+            assert launch.kernel_symbol == f"{spec.name()}_kernel"
+            assert re.search(rf'extern "C" __global__ void __launch_bounds__\([^)]*\)\s*'
+                             rf"{launch.kernel_symbol}\(", module.source), launch.kernel_symbol
+            names = [p.name for p in launch.params]
+            assert names == [a.name for a in spec.signature()] + ["n"]
+            assert [p.kind for p in launch.params] == ["tensor"] * (len(names) - 1) + ["size"]
+            assert launch.dynamic_smem == "0" and launch.host_allocs == []
+            assert launch.grid[1:] == ("1", "1")
+            if isinstance(spec, AttentionSpec):
+                assert launch.block == (params.attention_threads, 1, 1)
+                for n in (1, 2, 7, shape.max_ctx):
+                    assert evaluate(launch.grid[0], {"n": n}) == n * spec.heads
+            else:
+                threads = launch.block[0]
+                assert threads == params.elementwise_threads
+                for n in (1, 2, 7, shape.max_ctx):
+                    blocks = evaluate(launch.grid[0], {"n": n})
+                    assert (blocks - 1) * threads < n * spec.width // 4 <= blocks * threads
+
+
+def test_unsupported_head_dim_is_refused_with_numbers() -> None:
+    spec = AttentionSpec(4, 2, 16, 64, 16, 1, 4)
+    with pytest.raises(NotImplementedError, match=r"head_dim 16 .* between 32 and 256"):
+        build_cuda_source([spec], load_target("h200"))

@@ -22,8 +22,9 @@ from ninfer.targets import Target
 # sources of each backend.
 RUNTIME_SOURCES = (
     "added_tokens.cpp", "api.cpp", "artifact.cpp", "bpe.cpp", "chat_format.cpp",
-    "engine.cpp", "pcre2_regex.cpp", "pretokenize.cpp", "sampling.cpp",
-    "stop_matcher.cpp", "tokenizer.cpp", "tokenizer_json.cpp", "unicode_nfc.cpp", "utf8.cpp",
+    "engine.cpp", "kv_blocks.cpp", "metrics.cpp", "pcre2_regex.cpp", "pretokenize.cpp",
+    "request_log.cpp", "sampling.cpp", "scheduler.cpp", "stop_matcher.cpp", "tokenizer.cpp",
+    "tokenizer_json.cpp", "unicode_nfc.cpp", "utf8.cpp",
 )
 BACKEND_SOURCES = {
     "cpu": ("cpu_backend.cpp", "cpu_memory.cpp"),
@@ -96,6 +97,7 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "target": target,
         "target_hash": target.stable_hash(),
         "limits": plan.limits,
+        "kv": plan.kv,
         "kernels": kernels,
         "stubs": stubs,
         "buffers": plan.buffers,

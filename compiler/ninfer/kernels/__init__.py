@@ -1,6 +1,7 @@
 """Kernel library: typed specs, CPU kernels compiled with TVM, and a float64 reference."""
 
-from .cpu import build_cpu_module, build_cpu_object, cpu_primfunc, cpu_target
+from typing import Any
+
 from .reference import reference
 from .spec import (
     WEIGHT_DTYPES,
@@ -9,6 +10,7 @@ from .spec import (
     AttentionSpec,
     EmbeddingSpec,
     KernelSpec,
+    KvStoreSpec,
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
@@ -22,6 +24,7 @@ __all__ = [
     "AttentionSpec",
     "EmbeddingSpec",
     "KernelSpec",
+    "KvStoreSpec",
     "MatmulSpec",
     "RMSNormSpec",
     "RopeSpec",
@@ -32,3 +35,13 @@ __all__ = [
     "cpu_target",
     "reference",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The CPU builders import TVM; load them on first use so that the specs, the
+    # reference and everything built on them (plan, artifact) import without TVM.
+    if name in ("build_cpu_module", "build_cpu_object", "cpu_primfunc", "cpu_target"):
+        from . import cpu
+
+        return getattr(cpu, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

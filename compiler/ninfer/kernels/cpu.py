@@ -25,6 +25,7 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "silu_mul": cpu_elementwise.silu_mul,
     "add": cpu_elementwise.add,
     "attention": cpu_attention.attention,
+    "kv_store": cpu_elementwise.kv_store,
 }
 
 

@@ -1,11 +1,16 @@
-"""CPU causal attention over a KV cache, one pass with online softmax.
+"""CPU causal attention over a paged KV cache, one pass with online softmax.
+
+Rows may come from several sequences (AttentionSpec): row i attends keys 0..pos[i] of
+slot seq[i], key j at pool row block_tables[seq[i], j // BS] * BS + j % BS.
 
 A work item is R query vectors that read the same kv head g: S of g's query heads (S is
 the largest divisor of the GQA group up to 4) for M rows. Rows are taken MQ = 8 / S at a
-time while enough are left (prefill) and one at a time for the rest (decode is n = 1), so
+time while enough are left (prefill) and one at a time for the rest (decode rows), so
 that no work is spent on padding rows; items run in parallel, spread over rows, kv heads
-and head subgroups. Every key/value load is shared by the R queries of an item. Keys are
-visited in blocks of KEY_BLOCK:
+and head subgroups. A multi-row tile shares its key loads only when its rows are one
+sequence at consecutive positions (a prefill chunk); any other tile (rows of different
+sequences in one step) runs its rows one at a time. Every key/value load is shared by
+the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
 
 1. scores s[r, j] = (q[r] * scale) . k[j]: head_dim / VW vector FMAs per query and key,
    then a horizontal sum; keys past a row's causal limit get -1e30 (exactly 0 after exp).
@@ -18,7 +23,8 @@ visited in blocks of KEY_BLOCK:
 
 All state (scaled queries, scores, accumulators) lives in small per-item stack buffers:
 no global scratch, nothing sized by the context length. Key and value loads are clamped
-to the last row of the item, so no cache row past pos0 + n - 1 is ever read.
+to the item's last position, so no key past it is read; positions, slots and block ids
+are clamped into their tables, so no index leaves the pool.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ def _pv_chunk(rows: int, dv: int) -> int:
 
 def attention(spec: AttentionSpec) -> tirx.PrimFunc:
     H, KVH, D, C = spec.heads, spec.kv_heads, spec.head_dim, spec.max_ctx
+    BS, NSEQ, NBLK, MB = spec.block_size, spec.max_seqs, spec.kv_blocks, spec.blocks_per_seq
     if D % VW:
         raise NotImplementedError(
             f"{spec.name()}: the CPU attention kernel needs head_dim to be a multiple of "
@@ -76,8 +83,13 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
     LINES = -(-D // LINE_FLOATS)  # cache lines per key row
     scale = D**-0.5
 
+    def phys(bt, s, j):
+        """Pool row of key j of slot s."""
+        block = T.max(T.min(T.Cast("int64", bt[s, j // BS]), i64(NBLK - 1)), i64(0))
+        return block * BS + j % BS
+
     @T.macro
-    def attend(q, kc, vc, out, pos0, i0, g, h0, M):
+    def attend(q, kc, vc, out, pos, seq, bt, i0, g, h0, M):
         # Rows i0..i0+M-1 x heads h0..h0+S-1 (all reading kv head g) = R query vectors,
         # r = row * S + head.
         R = T.meta_var(M * S)
@@ -92,7 +104,11 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
         mnew = scratch((R,))
         lsum = scratch((R,))
         corr = scratch((R,))
-        last = T.bind(pos0 + i0 + (M - 1))  # last key row any of the rows may see
+        # The rows are one sequence at consecutive positions (or M == 1): the item reads
+        # slot s's keys 0..last, and row r's own limit is its position.
+        s = T.bind(T.max(T.min(T.Cast("int64", seq[i0]), i64(NSEQ - 1)), i64(0)))
+        last = T.bind(T.max(T.min(T.Cast("int64", pos[i0 + (M - 1)]), i64(C - 1)), i64(0)))
+        first = T.bind(last - (M - 1))
         for r in range(R):
             m[r] = f32(NEG)
             lsum[r] = f32(0.0)
@@ -103,10 +119,11 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
         for jb in range((last + B) // B):
             # 1. scores of this key block
             for jj in range(B):
-                jc = T.bind(T.min(jb * B + jj, last))
+                jc = T.bind(phys(bt, s, T.min(jb * B + jj, last)))
+                jn = T.bind(phys(bt, s, T.min(jb * B + jj + B, last)))
                 for line in T.unroll(LINES):  # values for step 3, keys of the next block
                     T.evaluate(prefetch(vc, jc, g, line * LINE_FLOATS))
-                    T.evaluate(prefetch(kc, T.min(jb * B + jj + B, last), g, line * LINE_FLOATS))
+                    T.evaluate(prefetch(kc, jn, g, line * LINE_FLOATS))
                 for r in T.unroll(R):
                     for v in T.vectorized(VW):
                         dot[r, v] = f32(0.0)
@@ -115,7 +132,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                         for v in T.vectorized(VW):
                             dot[r, v] = dot[r, v] + qs[r, dv * VW + v] * kc[jc, g, dv * VW + v]
                 for r in T.unroll(R):
-                    sc[r, jj] = T.Select(jb * B + jj <= pos0 + i0 + r // S, hsum(dot, r), f32(NEG))
+                    sc[r, jj] = T.Select(jb * B + jj <= first + r // S, hsum(dot, r), f32(NEG))
             # 2. online softmax update
             for r in range(R):
                 for v in T.vectorized(VW):
@@ -140,7 +157,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                         for v in T.vectorized(VW):
                             pv[r, d * VW + v] = acc[r, (dc * DC + d) * VW + v] * corr[r]
                 for jj in range(B):
-                    jc = T.bind(T.min(jb * B + jj, last))
+                    jc = T.bind(phys(bt, s, T.min(jb * B + jj, last)))
                     for r in T.unroll(R):
                         for d in T.unroll(DC):
                             for v in T.vectorized(VW):
@@ -159,32 +176,43 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                     out[i0 + r // S, h0 + r % S, dv * VW + v] = acc[r, dv * VW + v] * corr[r]
 
     @T.prim_func(private=True)
-    def kernel(q_h: T.handle, k_h: T.handle, v_h: T.handle, pos0: T.int64, o_h: T.handle):
+    def kernel(
+        q_h: T.handle,
+        k_h: T.handle,
+        v_h: T.handle,
+        pos_h: T.handle,
+        seq_h: T.handle,
+        bt_h: T.handle,
+        o_h: T.handle,
+    ):
         T.func_attr({"tirx.noalias": True})
         n = T.int64()
         q = T.match_buffer(q_h, (n, i64(H), i64(D)), F32)
-        kc = T.match_buffer(k_h, (i64(C), i64(KVH), i64(D)), F32)
-        vc = T.match_buffer(v_h, (i64(C), i64(KVH), i64(D)), F32)
+        kc = T.match_buffer(k_h, (i64(NBLK * BS), i64(KVH), i64(D)), F32)
+        vc = T.match_buffer(v_h, (i64(NBLK * BS), i64(KVH), i64(D)), F32)
+        pos = T.match_buffer(pos_h, (n,), "int32")
+        seq = T.match_buffer(seq_h, (n,), "int32")
+        bt = T.match_buffer(bt_h, (i64(NSEQ), i64(MB)), "int32")
         out = T.match_buffer(o_h, (n, i64(H), i64(D)), F32)
-        assert pos0 >= i64(0), "attention: pos0 must be >= 0"
-        assert pos0 + n <= i64(C), "attention: pos0 + n exceeds max_ctx of the KV cache"
         # Multi-row tiles. Later rows see more keys, and the thread pool hands each thread
         # a contiguous range of items, so tiles are taken in zigzag order (first, last,
         # second, second to last, ...) to give every thread a similar amount of work.
         for item in T.parallel(n // MQ * NI):
             u = T.bind(item // NI)
             tile = T.bind(T.Select(u % 2 == 0, u // 2, n // MQ - 1 - u // 2))
-            attend(
-                q,
-                kc,
-                vc,
-                out,
-                pos0,
-                tile * MQ,
-                item % NI // NS,
-                item % NI // NS * G + item % NS * S,
-                MQ,
-            )
+            i0 = T.bind(tile * MQ)
+            g = T.bind(item % NI // NS)
+            h0 = T.bind(item % NI // NS * G + item % NS * S)
+            same = scratch((1,), "int32")
+            same[0] = 1
+            for r in range(1, MQ):
+                if seq[i0 + r] != seq[i0] or pos[i0 + r] != pos[i0] + r:
+                    same[0] = 0
+            if same[0] == 1:
+                attend(q, kc, vc, out, pos, seq, bt, i0, g, h0, MQ)
+            else:
+                for r in range(MQ):
+                    attend(q, kc, vc, out, pos, seq, bt, i0 + r, g, h0, 1)
         # Leftover rows (all rows when decoding), one per item.
         for item in T.parallel(n % MQ * NI):
             attend(
@@ -192,7 +220,9 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                 kc,
                 vc,
                 out,
-                pos0,
+                pos,
+                seq,
+                bt,
                 n // MQ * MQ + item // NI,
                 item % NI // NS,
                 item % NI // NS * G + item % NS * S,

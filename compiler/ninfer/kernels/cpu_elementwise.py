@@ -1,4 +1,4 @@
-"""Row-wise CPU kernels: embedding, RMSNorm, RoPE, SiLU-mul, residual add.
+"""Row-wise CPU kernels: embedding, RMSNorm, RoPE, SiLU-mul, residual add, KV store.
 
 Each kernel runs its rows in parallel; within a row the long axis is walked in chunks of
 VECTOR_LANES (a vectorized loop) followed by a scalar loop over the remainder. The
@@ -12,7 +12,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from .cpu_common import F32, VECTOR_LANES, f32, fast_exp, hsum, i64, scratch
-from .spec import AddSpec, EmbeddingSpec, RMSNormSpec, RopeSpec, SiluMulSpec
+from .spec import AddSpec, EmbeddingSpec, KvStoreSpec, RMSNormSpec, RopeSpec, SiluMulSpec
 
 VW = VECTOR_LANES
 
@@ -148,5 +148,28 @@ def add(spec: AddSpec) -> tirx.PrimFunc:
                     out[i, c * VW + v] = a[i, c * VW + v] + b[i, c * VW + v]
             for t in range(HT):
                 out[i, HV * VW + t] = a[i, HV * VW + t] + b[i, HV * VW + t]
+
+    return kernel
+
+
+def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
+    W, R = spec.width, spec.pool_rows
+    WV, WT = divmod(W, VW)
+
+    @T.prim_func(private=True)
+    def kernel(x_h: T.handle, rows_h: T.handle, out_h: T.handle):
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        x = T.match_buffer(x_h, (n, i64(W)), F32)
+        rows = T.match_buffer(rows_h, (n,), "int32")
+        out = T.match_buffer(out_h, (i64(R), i64(W)), F32)
+        for i in T.parallel(n):
+            row = T.bind(T.Cast("int64", rows[i]))
+            if row >= i64(0) and row < i64(R):
+                for c in range(WV):
+                    for v in T.vectorized(VW):
+                        out[row, c * VW + v] = x[i, c * VW + v]
+                for t in range(WT):
+                    out[row, WV * VW + t] = x[i, WV * VW + t]
 
     return kernel

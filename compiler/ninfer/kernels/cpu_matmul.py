@@ -5,9 +5,9 @@ MR rows of x against NR rows of w, with MR * NR vector accumulators of VECTOR_LA
 held in registers while k advances one vector at a time; each accumulator is summed
 horizontally at the end. This needs no packing or transposition of w.
 
-- "gemv" (decode, a few rows): MR = 1, the whole k in one pass, parallel over blocks of
-  NR output columns. Memory-bound: w streams through once per call, its NR rows stay in
-  L1 while the few x rows are reused against them.
+- "gemv" (decode, a few rows): MR = 1, parallel over blocks of NR output columns.
+  Memory-bound: w streams through once per call, its NR rows stay in L1 while the few x
+  rows are reused against them.
 - "gemm" (prefill): MR x NR register tile, k split into KB-long blocks and rows into
   MB-row blocks so that an x block stays in L2 while w panels stream past it; parallel over
   panels of output columns (each thread owns its columns, so no reduction across threads).
@@ -41,8 +41,12 @@ class MatmulTiles:
     panels: int  # desired number of column panels to spread over threads
 
 
-GEMV_TILES = MatmulTiles(mr=1, nr=4, kb=1 << 30, mb=1, panels=0)
-GEMM_TILES = MatmulTiles(mr=4, nr=3, kb=1024, mb=32, panels=16)
+# Both schedules add k in the same KB-long blocks, each block's vector accumulators summed
+# horizontally into out in block order, so a row's result is bitwise the same whichever
+# schedule (and whatever other rows) computed it: batch invariance of the engine.
+K_BLOCK = 1024
+GEMV_TILES = MatmulTiles(mr=1, nr=4, kb=K_BLOCK, mb=1, panels=0)
+GEMM_TILES = MatmulTiles(mr=4, nr=3, kb=K_BLOCK, mb=32, panels=16)
 
 
 def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
@@ -102,8 +106,9 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
         for jb in T.parallel(NJB):
             acc = scratch((1, NR, VW))
             init_and_tail(x, w, bias, out, n, jb * NR, jb * NR + NR)
-            for i in range(n):
-                micro(x, w, out, acc, i, jb * NR, 0, KV, 1, NR)
+            for kb in range(NKB):
+                for i in range(n):
+                    micro(x, w, out, acc, i, jb * NR, kb * KBV, T.min(KBV, KV - kb * KBV), 1, NR)
 
     @T.macro
     def gemm_body(x, w, bias, out, n):
@@ -129,8 +134,9 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
         for jt in T.parallel(N - N0):
             acc = scratch((1, 1, VW))
             init_and_tail(x, w, bias, out, n, N0 + jt, N0 + jt + 1)
-            for i in range(n):
-                micro(x, w, out, acc, i, N0 + jt, 0, KV, 1, 1)
+            for kb in range(NKB):
+                for i in range(n):
+                    micro(x, w, out, acc, i, N0 + jt, kb * KBV, T.min(KBV, KV - kb * KBV), 1, 1)
 
     @T.macro
     def body(x, w, bias, out, n):

@@ -5,8 +5,13 @@ code generation: the device module becomes one CUDA translation unit (all kernel
 the host functions TVM would have compiled are read instead for what a launcher needs,
 per kernel in launch order: its symbol, its parameters in kernel order, grid and block
 dimensions, the dynamic shared memory size and any scratch buffers the host must
-allocate. Sizes are C expressions over the spec's symbolic sizes (`n`, and `pos0` for
-attention); `evaluate()` computes one for given sizes.
+allocate. Sizes are C expressions over the spec's symbolic sizes (`n`); `evaluate()`
+computes one for given sizes.
+
+Paged attention and KV-cache stores are hand-written CUDA (cuda_attention.py,
+templates/cuda/paged_attention.cu.j2): their source is appended to the same translation
+unit and their launches are described the same way (parameters in spec.signature()
+order, then `n`).
 
 Kernel symbols are `<spec.name()>_kernel`, then `_kernel_1`, ... when one spec lowers to
 several kernels.
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import tvm
@@ -26,11 +31,10 @@ from tvm.tirx.build import split_host_device_mods
 
 from ninfer.targets import Target
 
+from . import cuda_attention
 from . import cuda_schedules as cs
-from .cuda_attention import attention_dynamic_smem, schedule_attention
 from .spec import (
     AddSpec,
-    AttentionSpec,
     EmbeddingSpec,
     KernelSpec,
     MatmulSpec,
@@ -106,6 +110,9 @@ def cuda_target(target: Target) -> tvm.target.Target:
 
 def cuda_primfunc(spec: KernelSpec, target: Target) -> tirx.PrimFunc:
     """The scheduled PrimFunc of one kernel for `target`, exported as `spec.name()`."""
+    if cuda_attention.is_hand_written(spec):
+        raise NotImplementedError(f"{spec.family!r} kernels are hand-written CUDA "
+                                  f"(cuda_attention.py), not TVM schedules")
     params = cs.cuda_params(target)
     func = te_primfunc(spec)
     if isinstance(spec, MatmulSpec) and spec.schedule == "gemv":
@@ -114,8 +121,6 @@ def cuda_primfunc(spec: KernelSpec, target: Target) -> tirx.PrimFunc:
         func = cs.schedule_gemm(func, spec, params, cuda_target(target))
     elif isinstance(spec, RMSNormSpec):
         func = cs.schedule_rmsnorm(func, spec, params)
-    elif isinstance(spec, AttentionSpec):
-        func = schedule_attention(func, spec, params)
     elif isinstance(spec, RopeSpec):
         func = cs.schedule_rope(func, spec, params)
     elif isinstance(spec, EmbeddingSpec | SiluMulSpec | AddSpec):
@@ -126,35 +131,48 @@ def cuda_primfunc(spec: KernelSpec, target: Target) -> tirx.PrimFunc:
 
 
 def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule:
-    """Schedule every spec for `target` and lower them into one CUDA translation unit."""
-    specs = list(specs)
-    funcs: dict[str, tirx.PrimFunc] = {}
-    sizes = {"n"}
-    for spec in specs:
-        sizes.update(a.name for a in spec.signature() if a.kind == "scalar")
-        if spec.name() not in funcs:
-            funcs[spec.name()] = cuda_primfunc(spec, target)
-    if not funcs:
+    """Schedule every spec for `target` and lower them into one CUDA translation unit
+    (hand-written families are rendered and appended)."""
+    specs = list({spec.name(): spec for spec in specs}.values())
+    if not specs:
         raise ValueError("no kernel specs given; pass at least one spec")
-    module = lower_to_cuda(tvm.IRModule(funcs), cuda_target(target), sizes)
-    _pad_attention_scores(module, {spec.name(): spec for spec in specs}, cs.cuda_params(target))
-    order = {name: i for i, name in enumerate(funcs)}
-    module.launches.sort(key=lambda launch: order[launch.spec_name])  # stable: keeps _1, _2
-    return module
+    params = cs.cuda_params(target)
+    tvm_specs = [spec for spec in specs if not cuda_attention.is_hand_written(spec)]
+    if tvm_specs:
+        funcs = {spec.name(): cuda_primfunc(spec, target) for spec in tvm_specs}
+        sizes = {"n"} | {a.name for s in tvm_specs for a in s.signature() if a.kind == "scalar"}
+        module = lower_to_cuda(tvm.IRModule(funcs), cuda_target(target), sizes)
+    else:
+        module = CudaModule("", [], target.arch)
+    hand_written = [spec for spec in specs if cuda_attention.is_hand_written(spec)]
+    source = module.source
+    if hand_written:
+        source += "\n" + cuda_attention.render_source(hand_written, params)
+    launches = module.launches + [_hand_written_launch(spec, params) for spec in hand_written]
+    order = {spec.name(): i for i, spec in enumerate(specs)}
+    launches.sort(key=lambda launch: order[launch.spec_name])  # stable: keeps _1, _2
+    return CudaModule(source, launches, module.arch)
 
 
-def _pad_attention_scores(module: CudaModule, specs: Mapping[str, KernelSpec],
-                          params: cs.CudaParams) -> None:
-    """Attention launches get the padded scores size (cuda_attention.attention_key_pad):
-    TVM sizes the dynamic buffer by its logical extent, pos0 + n floats."""
-    for i, launch in enumerate(module.launches):
-        spec = specs[launch.spec_name]
-        if not isinstance(spec, AttentionSpec):
-            continue
-        if launch.dynamic_smem != "((pos0 + n) * 4)":
-            raise RuntimeError(f"{spec.name()}: unexpected dynamic shared memory "
-                               f"{launch.dynamic_smem}; the scores array layout changed")
-        module.launches[i] = replace(launch, dynamic_smem=attention_dynamic_smem(spec, params))
+def _hand_written_launch(spec: KernelSpec, params: cs.CudaParams) -> CudaLaunch:
+    """The one launch of a hand-written kernel: spec.signature() in order, then `n`."""
+    grid, threads = cuda_attention.launch_shape(spec, params)
+    if any(arg.kind != "tensor" for arg in spec.signature()):
+        raise NotImplementedError(f"{spec.name()}: hand-written kernels take tensors and n only")
+    args = [
+        CudaParam(arg.name, "tensor", _CTYPES[arg.dtype] + "*", arg.name)
+        for arg in spec.signature()
+    ]
+    args.append(CudaParam("n", "size", "int64_t", "n"))
+    return CudaLaunch(
+        spec_name=spec.name(),
+        kernel_symbol=cuda_attention.kernel_symbol(spec),
+        params=args,
+        grid=grid,
+        block=(threads, 1, 1),
+        dynamic_smem="0",
+        host_allocs=[],
+    )
 
 
 def lower_to_cuda(mod: tvm.IRModule, target: tvm.target.Target, sizes: set[str]) -> CudaModule:

@@ -1,165 +1,151 @@
-"""CUDA schedule of causal attention: one thread block per (query row, head).
+"""Hand-written CUDA kernels of paged attention and KV-cache stores.
 
-The schedule transforms te_defs.attention (scores -> rowmax -> probs -> rowsum -> acc ->
-out) without changing its math. Threads form a (TX, TY) block: TX lanes split head_dim
-into VD-wide vectors, TY rows of lanes take every TY-th key. Per block:
+Both families are rendered from templates/cuda/paged_attention.cu.j2 (one translation
+unit for all of a model's instances) instead of being scheduled with TVM: the paged
+attention's key loop is bounded by a position read from device memory, and the store
+scatters rows through an index, neither of which the TE/dlight path expresses well.
+`build_cuda_source` (cuda.py) appends the rendered source to the TVM kernels and
+describes the launches the same way; every number below comes from `CudaParams`.
 
-1. scores[j] for every key j < pos0 + n (keys past the row's position are skipped by the
-   mask): each lane row takes U consecutive keys per step, loads them as one vector per
-   lane and key (U loads in flight, U from the target's bandwidth per SM), multiplies by
-   q, and sums each key across its TX lanes with warp shuffles; the scores live in dynamic
-   shared memory (4 bytes per key: pos0 + n floats);
-2. rowmax and rowsum: block-wide reductions over the scores (probs are recomputed where
-   used: exp(scores - rowmax), 0 for masked keys);
-3. acc: lane (tx, ty) accumulates probs[j] * v[j, tx*VD : tx*VD + VD] in registers over
-   its keys j = ty (mod TY), U keys per unrolled step; the TY partial vectors meet in
-   shared memory, and lane tx sums them and writes out = acc / rowsum.
+Attention (AttentionSpec), one thread block per (row i, query head h), grid n * heads:
 
-Query head h reads kv head h // (heads / kv_heads). Nothing is written to global memory
-except `out`; the only buffer sized by the context is the scores array, so max_ctx is
-limited by the shared memory a block may opt into (checked here, with the numbers). The
-scores array is padded to whole score-loop steps (see attention_key_pad).
+- Why per query head and not per kv head: decode (n = 1) would otherwise launch only
+  kv_heads blocks (8 on Qwen3-0.6B for 132 SMs), and a block per kv head holds the
+  accumulators of the whole GQA group in registers (group x head_dim / 32 per lane), so
+  its register use would grow with the group. The `group` blocks that read the same kv
+  head run at the same time, so their repeated key/value loads are served from L2.
+- Block: params.attention_threads threads = WARPS warps. Warp w takes the keys j with
+  j % WARPS == w, `unroll` of them per step (their key and value rows are loaded before
+  any is used, so WARPS x unroll rows are in flight per block, enough for
+  params.bytes_in_flight_per_sm, at most MAX_LOADED_FLOATS floats per lane). Lane t holds
+  head_dim / 32 floats of q, of each key and value row and of the accumulator, as
+  VW-wide vectors at d = (c * 32 + t) * VW (coalesced rows); q . k is summed over the
+  warp with __shfl_xor_sync.
+- Each warp keeps an online softmax (running max m, sum l, accumulator in registers);
+  the warps' (m, l, acc) meet in a static shared array (WARPS x (head_dim + 2) floats)
+  and are merged with the block-wide max: out = sum_w acc_w e^(m_w - M) / sum_w l_w
+  e^(m_w - M). A warp without keys has m = -inf and l = acc = 0 and contributes exactly
+  0; M is finite because warp 0 always has key 0.
+- The loop bound pos[i] + 1 is read from memory, nothing else per request is a kernel
+  argument and no shared memory depends on the context, so one CUDA graph serves every
+  position. Positions clamp to [0, max_ctx), slots to [0, max_seqs), block ids to
+  [0, kv_blocks); pool offsets are 64-bit.
+
+KV store (KvStoreSpec): one thread per VW floats (VW = 4 when width % 4 == 0, else 2 or
+1) over the n x width inputs, params.elementwise_threads per block; rows outside
+[0, pool_rows) are skipped.
 """
 
 from __future__ import annotations
 
-from tvm import s_tir, tirx
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-from .cuda_schedules import WARP, CudaParams, pow2_ceil, vector_width
-from .spec import AttentionSpec
+import jinja2
 
-SCORE_BYTES = 4  # float32 score per key in dynamic shared memory
-MAX_UNROLL = 8
+from ninfer.paths import TEMPLATES_DIR
+
+from .cuda_schedules import VECTOR, WARP, CudaParams, pow2_ceil, pow2_floor
+from .spec import AttentionSpec, KernelSpec, KvStoreSpec
+
+TEMPLATE = "cuda/paged_attention.cu.j2"
+HAND_WRITTEN = (AttentionSpec, KvStoreSpec)  # families rendered here, not scheduled by TVM
+MAX_UNROLL = 8  # keys per warp and step
+# Key + value floats one lane holds per step. With 1024 threads a thread has 64 registers;
+# q, the accumulator, scores and addresses need the rest (checked by nvcc: no spills).
+MAX_LOADED_FLOATS = 16
+MAX_VALUES_PER_LANE = 8  # head_dim / 32: q, acc and per-key registers grow with it
+_VEC_TYPES = {1: "float", 2: "float2", 4: "float4"}
 
 
-def attention_layout(spec: AttentionSpec, params: CudaParams) -> tuple[int, int, int]:
-    """(VD, TX, TY): vector width along head_dim, lanes per key, keys in flight per block."""
-    vd = vector_width(spec.head_dim)
-    tx = spec.head_dim // vd
-    if tx > WARP:
+def is_hand_written(spec: KernelSpec) -> bool:
+    return isinstance(spec, HAND_WRITTEN)
+
+
+def kernel_symbol(spec: KernelSpec) -> str:
+    return f"{spec.name()}_kernel"
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    threads: int
+    warps: int
+    per_lane: int  # head_dim / 32 floats of every row per lane
+    vw: int  # floats per vector load
+    unroll: int  # keys per warp and step
+
+
+def attention_layout(spec: AttentionSpec, params: CudaParams) -> AttentionLayout:
+    d = spec.head_dim
+    if d % WARP or not WARP <= d <= WARP * MAX_VALUES_PER_LANE:
         raise NotImplementedError(
-            f"{spec.name()}: head_dim {spec.head_dim} needs {tx} lanes of {vd} floats per "
-            f"key; the CUDA attention schedule supports at most {WARP} (head_dim <= "
-            f"{WARP * vd})"
+            f"{spec.name()}: head_dim {d} is not supported by the CUDA attention kernel: "
+            f"it needs a multiple of {WARP} between {WARP} and {WARP * MAX_VALUES_PER_LANE} "
+            f"({WARP} lanes x at most {MAX_VALUES_PER_LANE} floats each)"
         )
-    ty = params.attention_threads // tx
-    if ty < 2:
+    threads = params.attention_threads
+    if threads % WARP or threads < WARP:
         raise NotImplementedError(
-            f"{spec.name()}: {params.attention_threads} attention threads leave fewer than two "
-            f"lane rows of {tx} lanes; the schedule needs at least {2 * tx} threads per block"
+            f"{spec.name()}: {threads} attention threads per block is not a whole number "
+            f"of {WARP}-thread warps"
         )
-    return vd, tx, ty
+    warps = threads // WARP
+    per_lane = d // WARP
+    step_bytes = warps * 2 * d * 4  # one key and one value row per warp
+    wanted = pow2_ceil(-(-params.bytes_in_flight_per_sm // step_bytes))
+    fits = pow2_floor(max(1, MAX_LOADED_FLOATS // (2 * per_lane)))
+    unroll = max(1, min(MAX_UNROLL, wanted, fits))
+    return AttentionLayout(threads, warps, per_lane, math.gcd(per_lane, VECTOR), unroll)
 
 
-def attention_unroll(spec: AttentionSpec, params: CudaParams) -> int:
-    """Keys per lane row and step of the key loops: enough that one block keeps
-    bytes_in_flight_per_sm of k (or v) loads outstanding (a power of two, at most 8)."""
-    ty = attention_layout(spec, params)[2]
-    per_step = ty * spec.head_dim * 4
-    return min(MAX_UNROLL, pow2_ceil(-(-params.bytes_in_flight_per_sm // per_step)))
+def kv_store_vector(spec: KvStoreSpec) -> int:
+    return math.gcd(spec.width, VECTOR)
 
 
-def attention_key_pad(spec: AttentionSpec, params: CudaParams) -> int:
-    """Keys per step of the score loop (TY lane rows x U keys). The score loop runs whole
-    steps and TVM's cross-thread reduction stores every key of the last step, masked or
-    not (the store of a lowered allreduce drops the loop's predicate), so the scores array
-    is sized to a whole number of steps: ceil(keys / pad) * pad floats."""
-    return attention_layout(spec, params)[2] * attention_unroll(spec, params)
+def launch_shape(spec: KernelSpec, params: CudaParams) -> tuple[tuple[str, str, str], int]:
+    """(grid as C expressions over n, threads per block) of a hand-written kernel."""
+    if isinstance(spec, AttentionSpec):
+        return (f"(n * {spec.heads})", "1", "1"), attention_layout(spec, params).threads
+    if isinstance(spec, KvStoreSpec):
+        threads = params.elementwise_threads
+        per_row = spec.width // kv_store_vector(spec)
+        return (f"(((n * {per_row}) + {threads - 1}) / {threads})", "1", "1"), threads
+    raise NotImplementedError(f"no hand-written CUDA kernel for family {spec.family!r}")
 
 
-def attention_dynamic_smem(spec: AttentionSpec, params: CudaParams) -> str:
-    """Dynamic shared memory (bytes) of one launch, a C expression over pos0 and n."""
-    pad = attention_key_pad(spec, params)
-    return f"((((pos0 + n) + {pad - 1}) / {pad}) * {pad * SCORE_BYTES})"
+def _attention_values(spec: AttentionSpec, params: CudaParams) -> dict[str, object]:
+    lay = attention_layout(spec, params)
+    return {
+        "name": spec.name(), "symbol": kernel_symbol(spec), "heads": spec.heads,
+        "kv_heads": spec.kv_heads, "head_dim": spec.head_dim, "group": spec.group,
+        "max_ctx": spec.max_ctx, "block_size": spec.block_size, "max_seqs": spec.max_seqs,
+        "kv_blocks": spec.kv_blocks, "table_cols": spec.blocks_per_seq,
+        "scale": repr(float(spec.head_dim**-0.5)), "threads": lay.threads,
+        "warps": lay.warps, "per_lane": lay.per_lane, "vw": lay.vw,
+        "vec": _VEC_TYPES[lay.vw], "unroll": lay.unroll,
+    }
 
 
-def attention_smem_bytes(spec: AttentionSpec, params: CudaParams) -> int:
-    """Shared memory of one block at the largest context: scores + partial accumulators."""
-    ty = attention_layout(spec, params)[2]
-    pad = attention_key_pad(spec, params)
-    keys = -(-spec.max_ctx // pad) * pad
-    return keys * SCORE_BYTES + ty * spec.head_dim * 4 + 4 * WARP * 4
+def _kv_store_values(spec: KvStoreSpec, params: CudaParams) -> dict[str, object]:
+    vw = kv_store_vector(spec)
+    return {
+        "name": spec.name(), "symbol": kernel_symbol(spec), "width": spec.width,
+        "pool_rows": spec.pool_rows, "vw": vw, "vec": _VEC_TYPES[vw],
+        "threads": launch_shape(spec, params)[1],
+    }
 
 
-def schedule_attention(
-    func: tirx.PrimFunc, spec: AttentionSpec, params: CudaParams
-) -> tirx.PrimFunc:
-    """Schedule te_defs.attention(spec) as described in the module docstring."""
-    vd, tx_n, ty_n = attention_layout(spec, params)
-    need = attention_smem_bytes(spec, params)
-    if need > params.max_dynamic_smem:
-        raise ValueError(
-            f"{spec.name()}: attention over max_ctx {spec.max_ctx} needs {need} bytes of "
-            f"shared memory per block, more than the {params.max_dynamic_smem} the {params.arch} "
-            f"target allows; compile with a smaller max context"
-        )
-    sch = s_tir.Schedule(func)
-    sch.compute_inline(sch.get_sblock("probs"))
-    # Split both reductions before anything moves: acc over key rows ty, scores over lanes.
-    acc = sch.get_sblock("acc")
-    _, _, _, j = sch.get_loops(acc)
-    _, jy = sch.split(j, [None, ty_n])
-    acc_rf = sch.rfactor(jy, 0)
-    scores = sch.get_sblock("scores")
-    scores_rf = sch.rfactor(sch.get_loops(scores)[-1], 0)
-
-    # One block per (row, head); lane tx owns out[tx*VD : tx*VD + VD].
-    out = sch.get_sblock("out")
-    i, h, dd = sch.get_loops(out)
-    bx = sch.fuse(i, h)
-    sch.bind(bx, "blockIdx.x")
-    dx, _ = sch.split(dd, [tx_n, vd])
-    sch.bind(dx, "threadIdx.x")
-    sch.compute_at(acc, dx)
-    for name in ("acc_rf", "rowsum", "rowmax", "scores"):
-        sch.compute_at(sch.get_sblock(name), bx)
-
-    # acc partials in registers, one vector per lane, then into shared memory
-    unroll = attention_unroll(spec, params)
-    jy, dd, jo = sch.get_loops(acc_rf)[1:]
-    dx, dv = sch.split(dd, [tx_n, vd])
-    sch.reorder(jy, dx, jo, dv)
-    jo, ju = sch.split(jo, [None, unroll])
-    sch.unroll(ju)
-    sch.bind(jy, "threadIdx.y")
-    sch.bind(dx, "threadIdx.x")
-    sch.vectorize(dv)
-    acc_shared = sch.cache_write(acc_rf, 0, "local")
-    sch.reverse_compute_at(acc_shared, dx)
-    sch.vectorize(sch.get_loops(acc_shared)[-1])
-    sch.decompose_reduction(acc_rf, jo)
-
-    # rowmax, rowsum: every thread of the block
-    for name in ("rowsum", "rowmax"):
-        block = sch.get_sblock(name)
-        (j,) = sch.get_loops(block)[1:]
-        jo, ty, tx = sch.split(j, [None, ty_n, tx_n])
-        sch.reorder(ty, tx, jo)
-        sch.bind(ty, "threadIdx.y")
-        sch.bind(tx, "threadIdx.x")
-
-    # scores: lane row ty takes keys (jo * TY + ty) * U + ju; its TX lanes split head_dim.
-    # The products of U keys are computed first (U independent vector loads per lane, an
-    # unrolled loop), then each key is summed across lanes (a loop TVM cannot unroll:
-    # LowerThreadAllreduce loses its buffer in unrolled copies).
-    d, j = sch.get_loops(scores)[1:]
-    jo, jy, ju = sch.split(j, [None, ty_n, unroll])
-    dx, dv = sch.split(d, [tx_n, vd])
-    sch.reorder(jy, jo, ju, dx, dv)
-    sch.bind(jy, "threadIdx.y")
-    sch.bind(dx, "threadIdx.x")
-    sch.compute_at(scores_rf, jo, preserve_unit_loops=True)
-    d, _, _, ju = sch.get_loops(scores_rf)[-4:]  # one loop per iter var: d, i, h, j
-    dx, dv = sch.split(d, [tx_n, vd])
-    sch.reorder(ju, dx, dv)
-    sch.bind(dx, "threadIdx.x")
-    sch.vectorize(dv)
-    sch.unroll(ju)
-
-    sch.set_scope(scores_rf, 0, "local")
-    sch.set_scope(scores, 0, "shared.dyn")
-    sch.set_scope(sch.get_sblock("rowmax"), 0, "shared")
-    sch.set_scope(sch.get_sblock("rowsum"), 0, "shared")
-    sch.set_scope(acc_shared, 0, "shared")
-    sch.set_scope(acc, 0, "local")
-    return sch.mod["main"]
+def render_source(specs: Iterable[KernelSpec], params: CudaParams) -> str:
+    """One CUDA translation unit (extern "C" kernels, CUDA headers only) for the
+    hand-written specs among `specs`, each once; "" when there are none."""
+    unique = list({s.name(): s for s in specs if is_hand_written(s)}.values())
+    if not unique:
+        return ""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True)
+    return env.get_template(TEMPLATE).render(
+        attention=[_attention_values(s, params) for s in unique if isinstance(s, AttentionSpec)],
+        kv_store=[_kv_store_values(s, params) for s in unique if isinstance(s, KvStoreSpec)],
+    )

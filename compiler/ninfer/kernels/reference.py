@@ -15,6 +15,7 @@ from .spec import (
     AttentionSpec,
     EmbeddingSpec,
     KernelSpec,
+    KvStoreSpec,
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
@@ -65,21 +66,35 @@ def add(spec: AddSpec, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def attention(
-    spec: AttentionSpec, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, pos0: int
+    spec: AttentionSpec,
+    q: np.ndarray,
+    k_pool: np.ndarray,
+    v_pool: np.ndarray,
+    pos: np.ndarray,
+    seq: np.ndarray,
+    block_tables: np.ndarray,
 ) -> np.ndarray:
-    n = q.shape[0]
-    ctx = pos0 + n
-    q = _f64(q)
     kv = np.repeat(np.arange(spec.kv_heads), spec.group)  # kv head of each query head
-    k = _f64(k_cache[:ctx])[:, kv, :]  # [ctx, heads, d]
-    v = _f64(v_cache[:ctx])[:, kv, :]
-    scores = np.einsum("ihd,jhd->hij", q, k) * spec.head_dim**-0.5
-    causal = np.arange(ctx)[None, :] <= (pos0 + np.arange(n))[:, None]  # [n, ctx]
-    scores = np.where(causal[None], scores, -np.inf)
-    scores -= scores.max(axis=-1, keepdims=True)
-    p = np.exp(scores)
-    p /= p.sum(axis=-1, keepdims=True)
-    return np.einsum("hij,jhd->ihd", p, v)
+    bs = spec.block_size
+    out = np.zeros(q.shape, np.float64)
+    for i in range(q.shape[0]):
+        p = int(np.clip(pos[i], 0, spec.max_ctx - 1))
+        j = np.arange(p + 1)
+        blocks = np.clip(block_tables[int(seq[i])][j // bs], 0, spec.kv_blocks - 1)
+        rows = blocks * bs + j % bs
+        k = _f64(k_pool[rows])[:, kv, :]  # [keys, heads, d]
+        v = _f64(v_pool[rows])[:, kv, :]
+        scores = np.einsum("hd,jhd->hj", _f64(q[i]), k) * spec.head_dim**-0.5
+        scores -= scores.max(axis=-1, keepdims=True)
+        w = np.exp(scores)
+        w /= w.sum(axis=-1, keepdims=True)
+        out[i] = np.einsum("hj,jhd->hd", w, v)
+    return out
+
+
+def kv_store(spec: KvStoreSpec, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The values expected at pool[rows] (the rest of the pool is left as it was)."""
+    return _f64(x)
 
 
 _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
@@ -90,6 +105,7 @@ _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "silu_mul": silu_mul,
     "add": add,
     "attention": attention,
+    "kv_store": kv_store,
 }
 
 

@@ -219,12 +219,15 @@ class AddSpec:
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """Causal attention of n new query rows against a KV cache.
+    """Causal attention of n query rows, from any sequences, against a paged KV cache.
 
-    Query row i sits at absolute position pos0 + i and attends cache rows 0..pos0 + i
-    (the caller has already written the n new keys/values at rows pos0..pos0 + n - 1).
-    Head h reads kv head h // (heads // kv_heads); scale = head_dim ** -0.5.
-    The kernel raises if pos0 < 0 or pos0 + n > max_ctx.
+    Row i belongs to sequence slot s = seq[i] at position p = pos[i] and attends keys
+    0..p of that sequence; key j lives at pool row block_tables[s, j // block_size] *
+    block_size + j % block_size (the caller has already stored the rows' own keys and
+    values there). Head h reads kv head h // (heads // kv_heads); scale = head_dim ** -0.5.
+    Rows of one sequence may be given in any order, but the kernels are fastest when a
+    sequence's rows are contiguous with consecutive positions (a prefill chunk).
+    Positions are clamped to [0, max_ctx) and block ids to [0, kv_blocks).
     """
 
     family: ClassVar[str] = "attention"
@@ -232,9 +235,13 @@ class AttentionSpec:
     kv_heads: int
     head_dim: int
     max_ctx: int
+    block_size: int
+    max_seqs: int  # rows of the block table
+    kv_blocks: int  # blocks in each pool
 
     def __post_init__(self) -> None:
-        _require_positive(self, "heads", "kv_heads", "head_dim", "max_ctx")
+        _require_positive(self, "heads", "kv_heads", "head_dim", "max_ctx", "block_size",
+                          "max_seqs", "kv_blocks")
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"AttentionSpec: heads ({self.heads}) must be a multiple of "
@@ -246,20 +253,59 @@ class AttentionSpec:
         """Query heads per kv head."""
         return self.heads // self.kv_heads
 
+    @property
+    def blocks_per_seq(self) -> int:
+        return -(-self.max_ctx // self.block_size)
+
     def name(self) -> str:
-        return f"attention_h{self.heads}_kv{self.kv_heads}_d{self.head_dim}_c{self.max_ctx}_f32"
+        return (f"attention_h{self.heads}_kv{self.kv_heads}_d{self.head_dim}_c{self.max_ctx}"
+                f"_b{self.block_size}_s{self.max_seqs}_k{self.kv_blocks}_f32")
 
     def signature(self) -> list[Arg]:
-        cache = (self.max_ctx, self.kv_heads, self.head_dim)
+        pool = (self.kv_blocks * self.block_size, self.kv_heads, self.head_dim)
         return [
             _tensor("q", "float32", "n", self.heads, self.head_dim),
-            _tensor("k_cache", "float32", *cache),
-            _tensor("v_cache", "float32", *cache),
-            Arg("pos0", "scalar", "int64", ()),
+            _tensor("k_pool", "float32", *pool),
+            _tensor("v_pool", "float32", *pool),
+            _tensor("pos", "int32", "n"),
+            _tensor("seq", "int32", "n"),
+            _tensor("block_tables", "int32", self.max_seqs, self.blocks_per_seq),
             _tensor("out", "float32", "n", self.heads, self.head_dim),
         ]
 
 
+@dataclass(frozen=True)
+class KvStoreSpec:
+    """pool[rows[i], :] = x[i, :]: stores the n new keys (or values) into pool rows.
+
+    Rows outside [0, pool_rows) are skipped. `out` is the pool, updated in place.
+    """
+
+    family: ClassVar[str] = "kv_store"
+    width: int  # kv_heads * head_dim
+    pool_rows: int
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "width", "pool_rows")
+
+    def name(self) -> str:
+        return f"kv_store_w{self.width}_r{self.pool_rows}_f32"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("x", "float32", "n", self.width),
+            _tensor("rows", "int32", "n"),
+            _tensor("out", "float32", self.pool_rows, self.width),
+        ]
+
+
 KernelSpec = (
-    EmbeddingSpec | RMSNormSpec | MatmulSpec | RopeSpec | SiluMulSpec | AddSpec | AttentionSpec
+    EmbeddingSpec
+    | RMSNormSpec
+    | MatmulSpec
+    | RopeSpec
+    | SiluMulSpec
+    | AddSpec
+    | AttentionSpec
+    | KvStoreSpec
 )

@@ -9,9 +9,9 @@ CPU and compares it with the float64 reference; together that proves the math of
 CUDA kernels on machines without a GPU.
 
 Intermediate tensors are named so that schedules can find their blocks by name.
-Index clamping (embedding ids, rope positions) matches reference.py. The attention
-bounds check (pos0 >= 0, pos0 + n <= max_ctx) is the caller's job: the kernels only read
-cache rows below pos0 + n.
+Index clamping (embedding ids, rope positions) matches reference.py. Paged attention and
+KV-cache stores have no TE definition: their CUDA kernels are hand-written
+(cuda_attention.py); `TE_FAMILIES` names the families defined here.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from tvm import te, tirx
 
 from .spec import (
     AddSpec,
-    AttentionSpec,
     EmbeddingSpec,
     KernelSpec,
     MatmulSpec,
@@ -134,72 +133,6 @@ def add(spec: AddSpec) -> tirx.PrimFunc:
     return te.create_prim_func([a, b, out])
 
 
-MASKED = -(2.0**127)  # below any score, exact in float32; row maxima always include key 0
-
-
-def attention(spec: AttentionSpec) -> tirx.PrimFunc:
-    """Causal softmax(q k^T * scale) v over cache rows 0..pos0 + n - 1, in six stages.
-
-    With visible(i, j) = j <= pos0 + i (key j is at or before query row i):
-    scores[i, h, j] = (q[i, h] * scale) . k[j, h // group]  where visible, else 0
-    rowmax[i, h]    = max_j scores                          over visible j
-    probs[i, h, j]  = exp(scores - rowmax)                  where visible, else 0
-    rowsum[i, h]    = sum_j probs
-    acc[i, h, d]    = sum_j probs * v[j, h // group, d]     over visible j
-    out[i, h, d]    = acc / rowsum
-    The masks are `if_then_else` inside the reductions, so keys past a row's position are
-    never loaded (TE's `where=` would be simpler, but te.create_prim_func drops it), and
-    not Select, which TVM's CUDA codegen cannot vectorize (see cuda_schedules.schedule_rope).
-    """
-    n, H, KVH, D = _tokens(), i64(spec.heads), i64(spec.kv_heads), i64(spec.head_dim)
-    C, G = i64(spec.max_ctx), i64(spec.group)
-    pos0 = tirx.Var("pos0", INDEX)
-    ctx = pos0 + n
-    q = te.placeholder((n, H, D), F32, "q")
-    k_cache = te.placeholder((C, KVH, D), F32, "k_cache")
-    v_cache = te.placeholder((C, KVH, D), F32, "v_cache")
-    scale = f32(spec.head_dim**-0.5)
-
-    def visible(i: tirx.PrimExpr, j: tirx.PrimExpr) -> tirx.PrimExpr:
-        return j <= pos0 + i
-
-    d = te.reduce_axis((i64(0), D), "d")
-    scores = te.compute(
-        (n, H, ctx),
-        lambda i, h, j: te.sum(
-            tirx.if_then_else(visible(i, j), q[i, h, d] * scale * k_cache[j, h // G, d], f32(0)),
-            axis=d,
-        ),
-        name="scores",
-    )
-    j = te.reduce_axis((i64(0), ctx), "j")
-    rowmax = te.compute(
-        (n, H),
-        lambda i, h: te.max(tirx.if_then_else(visible(i, j), scores[i, h, j], f32(MASKED)), axis=j),
-        name="rowmax",
-    )
-    probs = te.compute(
-        (n, H, ctx),
-        lambda i, h, jj: tirx.if_then_else(
-            visible(i, jj), tirx.exp(scores[i, h, jj] - rowmax[i, h]), f32(0.0)
-        ),
-        name="probs",
-    )
-    j = te.reduce_axis((i64(0), ctx), "j")
-    rowsum = te.compute((n, H), lambda i, h: te.sum(probs[i, h, j], axis=j), name="rowsum")
-    j = te.reduce_axis((i64(0), ctx), "j")
-    acc = te.compute(
-        (n, H, D),
-        lambda i, h, dd: te.sum(
-            tirx.if_then_else(visible(i, j), probs[i, h, j] * v_cache[j, h // G, dd], f32(0)),
-            axis=j,
-        ),
-        name="acc",
-    )
-    out = te.compute((n, H, D), lambda i, h, dd: acc[i, h, dd] / rowsum[i, h], name="out")
-    return te.create_prim_func([q, k_cache, v_cache, pos0, out])
-
-
 _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "embedding": embedding,
     "rmsnorm": rmsnorm,
@@ -207,8 +140,8 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "rope": rope,
     "silu_mul": silu_mul,
     "add": add,
-    "attention": attention,
 }
+TE_FAMILIES = frozenset(_BUILDERS)
 
 
 def te_primfunc(spec: KernelSpec) -> tirx.PrimFunc:

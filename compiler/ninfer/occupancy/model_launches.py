@@ -1,9 +1,10 @@
 """Every launch a compiled CUDA model can make, described for the verifier.
 
 The step program calls each kernel stub with a row count between 1 and a per-role
-maximum (the prefill chunk for most roles; chunk x heads for per-head norms; 1 for the
-logits); every device kernel behind a stub is verified over that whole range, using
-its real registers and shared memory from nvcc.
+maximum (the step's row budget, i.e. the prefill chunk, for most roles; chunk x heads for
+per-head norms; the sequences per step for the logits rows); every device kernel behind a
+stub is verified over that whole range, using its real registers and shared memory from
+nvcc.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ class VerifiedModule:
 
 def max_rows_per_spec(plan: Any, num_heads: int) -> dict[str, int]:
     """The largest `n` the step program passes to each kernel instance."""
-    chunk = plan.limits.max_prefill_chunk
+    chunk, seqs = plan.limits.max_prefill_chunk, plan.limits.max_concurrency
     rows: dict[str, int] = {}
     for role, spec in plan.kernels.items():
         if role == "head_norm":
             need = chunk * num_heads  # called with tokens x heads rows
-        elif role == "lm_head":
-            need = 1  # logits of the last position only
+        elif role == "lm_head_gemv":
+            need = min(seqs, plan.limits.gemv_max_rows)  # one logits row per sequence
+        elif role in ("lm_head_gemm", "gather"):
+            need = seqs
         elif role.endswith("_gemv"):
             need = min(chunk, plan.limits.gemv_max_rows)
         else:
@@ -45,8 +48,9 @@ def max_rows_per_spec(plan: Any, num_heads: int) -> dict[str, int]:
 
 def _size_fn(expr: str, max_context: int, evaluate: Callable[[str, dict[str, int]], int]
              ) -> Callable[[int], int]:
-    # pos0 is largest when the chunk ends at the context limit.
-    return lambda n: evaluate(expr, {"n": n, "pos0": max(0, max_context - n)})
+    # Launch shapes depend on the row count only: per-request values (positions, block
+    # tables) are read from device memory by the kernels.
+    return lambda n: evaluate(expr, {"n": n})
 
 
 def model_launch_specs(module: Any, max_rows: dict[str, int], max_context: int

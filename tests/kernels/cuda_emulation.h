@@ -1,0 +1,137 @@
+// Host emulation of the CUDA subset the hand-written kernels use, so that their exact
+// source (templates/cuda/paged_attention.cu.j2) can be compiled with g++ and run on the
+// CPU (tests/kernels/test_cuda_emulation.py).
+//
+// Every CUDA thread of a block is a coroutine (ucontext) on one OS thread, switched
+// round-robin at synchronization points; blocks run one after another, so a `__shared__`
+// array can be a function-local static. __syncthreads() is a barrier over the block and
+// __shfl_xor_sync a two-phase exchange through a barrier over the 32 threads of a warp
+// (all lanes must take part, as the full mask promises). A launch whose threads all wait
+// with none able to proceed (a missing arrival) aborts.
+#pragma once
+
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+struct float2 {
+  float x, y;
+};
+struct float4 {
+  float x, y, z, w;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
+struct uint3 {
+  unsigned x, y, z;
+};
+inline uint3 threadIdx, blockIdx;
+
+namespace emu {
+
+struct Barrier {
+  unsigned count = 0, arrived = 0;
+  uint64_t generation = 0;
+};
+
+struct Fiber {
+  ucontext_t context;
+  std::vector<char> stack;
+  bool done = false;
+};
+
+inline ucontext_t scheduler;
+inline std::vector<Fiber>* fibers = nullptr;
+inline unsigned current = 0;
+inline const std::function<void()>* kernel_body = nullptr;
+inline Barrier block_barrier;
+inline std::vector<Barrier> warp_barriers;
+inline std::vector<float> warp_slots;  // 32 per warp
+inline bool progressed = false;
+
+inline void yield() { swapcontext(&(*fibers)[current].context, &scheduler); }
+
+inline void wait(Barrier& b) {
+  progressed = true;
+  const uint64_t gen = b.generation;
+  if (++b.arrived == b.count) {
+    b.arrived = 0;
+    ++b.generation;
+    return;
+  }
+  while (b.generation == gen) yield();
+}
+
+inline void entry() {
+  (*kernel_body)();
+  (*fibers)[current].done = true;
+  progressed = true;
+}  // returns to `scheduler` through uc_link
+
+// Runs body() for every thread of a grid x threads launch (threads a multiple of 32).
+inline void launch(unsigned grid, unsigned threads, const std::function<void()>& body) {
+  constexpr size_t kStack = 64 * 1024;  // the kernels keep a few hundred bytes per thread
+  static std::vector<Fiber> fs;  // stacks are reused by every launch
+  if (fs.size() < threads) fs.resize(threads);
+  for (auto& f : fs) f.stack.resize(kStack);
+  fibers = &fs;
+  kernel_body = &body;
+  for (unsigned b = 0; b < grid; ++b) {
+    block_barrier = Barrier{threads};
+    warp_barriers.assign(threads / 32, Barrier{32});
+    warp_slots.assign(threads, 0.0f);
+    for (unsigned t = 0; t < threads; ++t) {
+      Fiber& f = fs[t];
+      f.done = false;
+      getcontext(&f.context);
+      f.context.uc_stack.ss_sp = f.stack.data();
+      f.context.uc_stack.ss_size = f.stack.size();
+      f.context.uc_link = &scheduler;
+      makecontext(&f.context, entry, 0);
+    }
+    for (bool running = true; running;) {
+      running = false;
+      progressed = false;
+      for (unsigned t = 0; t < threads; ++t) {
+        if (fs[t].done) continue;
+        current = t;
+        blockIdx = {b, 0, 0};
+        threadIdx = {t, 0, 0};
+        swapcontext(&scheduler, &fs[t].context);
+        running = true;
+      }
+      if (running && !progressed) {
+        std::fprintf(stderr, "emulated block %u deadlocked\n", b);
+        std::abort();
+      }
+    }
+  }
+}
+
+}  // namespace emu
+
+inline void __syncthreads() { emu::wait(emu::block_barrier); }
+
+inline float __shfl_xor_sync(unsigned /*mask*/, float v, int offset) {
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* slots = emu::warp_slots.data() + warp * 32;
+  slots[lane] = v;
+  emu::wait(emu::warp_barriers[warp]);
+  const float r = slots[lane ^ static_cast<unsigned>(offset)];
+  emu::wait(emu::warp_barriers[warp]);
+  return r;
+}

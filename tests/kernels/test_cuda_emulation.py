@@ -1,0 +1,196 @@
+"""CPU run of the hand-written CUDA kernels (paged attention, KV-cache store).
+
+The exact source `build_cuda_source` emits for them (templates/cuda/paged_attention.cu.j2)
+is compiled with g++ against a small host emulation of CUDA (cuda_emulation.h: one
+coroutine per CUDA thread, real barriers for __syncthreads and warp shuffles) and launched
+with the grid and block of its CudaLaunch, then compared with the float64 reference.
+Pool rows that no key may read are NaN, so a stray read shows up in the output.
+
+Cases cover GQA ratios 1..8, head_dim 32..256 (vector widths 1, 2 and 4), rows from
+several sequences in one launch, positions 0 (most warps without keys), clamped positions
+and block ids, and the schedule of two shipped targets plus a small-block target whose
+warps take 8 keys per step (masked tails).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import shutil
+import subprocess
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ninfer.kernels import AttentionSpec, KernelSpec, KvStoreSpec, reference
+from ninfer.kernels.cuda import CudaLaunch, build_cuda_source, evaluate
+from ninfer.kernels.cuda_attention import MAX_LOADED_FLOATS, MAX_UNROLL, attention_layout
+from ninfer.kernels.cuda_schedules import cuda_params, pow2_floor
+from ninfer.paths import DEFAULT_BUILD_DIR
+from ninfer.targets import Target, load_target
+
+pytestmark = pytest.mark.unit
+
+HERE = Path(__file__).resolve().parent
+CACHE = DEFAULT_BUILD_DIR / ".cuda-emulation"
+TOL = 1e-5
+CXX = shutil.which("g++")
+_CTYPES = {"float*": ctypes.c_void_p, "int32_t*": ctypes.c_void_p, "int64_t": ctypes.c_int64}
+
+
+def small_block_target() -> Target:
+    """64 threads per attention block, and so much bandwidth per SM that every warp takes
+    the most keys per step."""
+    return load_target("h200").with_overrides(max_threads_per_block=64, sm_count=1)
+
+
+TARGETS = {"h200": lambda: load_target("h200"), "rtx4090": lambda: load_target("rtx4090"),
+           "small": small_block_target}
+
+ATTENTION = [
+    AttentionSpec(heads=4, kv_heads=2, head_dim=32, max_ctx=256, block_size=16, max_seqs=3,
+                  kv_blocks=40),
+    AttentionSpec(heads=4, kv_heads=4, head_dim=64, max_ctx=128, block_size=8, max_seqs=2,
+                  kv_blocks=33),
+    AttentionSpec(heads=8, kv_heads=2, head_dim=128, max_ctx=192, block_size=16, max_seqs=3,
+                  kv_blocks=30),
+    AttentionSpec(heads=2, kv_heads=2, head_dim=96, max_ctx=64, block_size=16, max_seqs=2,
+                  kv_blocks=8),
+    AttentionSpec(heads=8, kv_heads=1, head_dim=256, max_ctx=64, block_size=32, max_seqs=2,
+                  kv_blocks=4),
+]
+KV_STORE = [KvStoreSpec(width=64, pool_rows=50), KvStoreSpec(width=6, pool_rows=9),
+            KvStoreSpec(width=5, pool_rows=9)]
+
+
+@functools.cache
+def emulated(target_name: str) -> tuple[ctypes.CDLL, dict[str, CudaLaunch]]:
+    """The hand-written kernels as built for `target_name`, compiled for the host."""
+    if CXX is None:
+        pytest.skip("g++ not found")
+    module = build_cuda_source([*ATTENTION, *KV_STORE], TARGETS[target_name]())
+    drivers = []
+    for launch in module.launches:
+        params = ", ".join(f"{p.ctype} a{i}" for i, p in enumerate(launch.params))
+        args = ", ".join(f"a{i}" for i in range(len(launch.params)))
+        drivers.append(
+            f'extern "C" void emu_{launch.kernel_symbol}({params}, unsigned grid, '
+            f"unsigned threads) {{\n"
+            f"  emu::launch(grid, threads, [=] {{ {launch.kernel_symbol}({args}); }});\n}}\n")
+    source = '#include "cuda_emulation.h"\n' + module.source + "\n" + "".join(drivers)
+    flags = ["-std=c++20", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas",
+             f"-I{HERE}"]
+    header = (HERE / "cuda_emulation.h").read_bytes()
+    key = hashlib.sha256(b"\0".join([source.encode(), header, " ".join(flags).encode()]))
+    lib = CACHE / f"{key.hexdigest()[:24]}.so"
+    if not lib.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        src = lib.with_suffix(".cpp")
+        src.write_text(source)
+        tmp = lib.with_suffix(".so.tmp")
+        result = subprocess.run([CXX, *flags, "-o", str(tmp), str(src)],
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr[-4000:]
+        tmp.rename(lib)
+    return ctypes.CDLL(str(lib)), {launch.spec_name: launch for launch in module.launches}
+
+
+def run(target_name: str, spec: KernelSpec, arrays: list[np.ndarray], n: int) -> None:
+    """Launch `spec`'s kernel on `arrays` (signature order, contiguous) with n rows."""
+    lib, launches = emulated(target_name)
+    launch = launches[spec.name()]
+    assert [p.name for p in launch.params] == [a.name for a in spec.signature()] + ["n"]
+    assert launch.block[1:] == (1, 1) and launch.grid[1:] == ("1", "1")
+    fn = getattr(lib, f"emu_{launch.kernel_symbol}")
+    fn.argtypes = [_CTYPES[p.ctype] for p in launch.params] + [ctypes.c_uint, ctypes.c_uint]
+    fn.restype = None
+    for a in arrays:
+        assert a.flags.c_contiguous
+    fn(*(a.ctypes.data for a in arrays), n, evaluate(launch.grid[0], {"n": n}), launch.block[0])
+
+
+def attention_inputs(spec: AttentionSpec, rng: np.random.Generator
+                     ) -> tuple[list[np.ndarray], int]:
+    """Rows of every sequence slot: a prefill chunk, decode rows, position 0, positions
+    past max_ctx and below 0 (clamped), and a block table with out-of-range ids."""
+    bs, blocks = spec.block_size, spec.blocks_per_seq
+    tables = np.full((spec.max_seqs, blocks), -12345, np.int32)  # never read
+    free = rng.permutation(spec.kv_blocks)
+    for s in range(spec.max_seqs):
+        used = min(blocks, spec.kv_blocks // spec.max_seqs)
+        tables[s, :used] = free[s * used:(s + 1) * used]
+    ctx = [min(spec.max_ctx, bs * min(blocks, spec.kv_blocks // spec.max_seqs))
+           for _ in range(spec.max_seqs)]
+    tables[0, 0] = spec.kv_blocks + 7  # clamped to the last block
+    if blocks > 1 and ctx[0] > bs:
+        tables[0, 1] = -3  # clamped to block 0
+    pos, seq = [], []
+    chunk0 = min(5, ctx[0])
+    for p in range(ctx[0] - chunk0, ctx[0]):  # a prefill chunk ending at the last key
+        pos.append(p)
+        seq.append(0)
+    for s in range(spec.max_seqs):
+        pos += [0, int(rng.integers(0, ctx[s])), ctx[s] - 1]
+        seq += [s, s, s]
+    if ctx[1] == spec.max_ctx:
+        pos += [spec.max_ctx + 40, -9]  # clamped to max_ctx - 1 and 0
+        seq += [1, 1]
+    n = len(pos)
+    pos_a = np.array(pos, np.int32)
+    seq_a = np.array(seq, np.int32)
+    pool_shape = (spec.kv_blocks * bs, spec.kv_heads, spec.head_dim)
+    k_pool = rng.standard_normal(pool_shape).astype(np.float32)
+    v_pool = rng.standard_normal(pool_shape).astype(np.float32)
+    read = np.zeros(pool_shape[0], bool)
+    for p, s in zip(pos_a, seq_a):
+        j = np.arange(np.clip(p, 0, spec.max_ctx - 1) + 1)
+        read[np.clip(tables[s][j // bs], 0, spec.kv_blocks - 1) * bs + j % bs] = True
+    k_pool[~read] = np.nan
+    v_pool[~read] = np.nan
+    q = rng.standard_normal((n, spec.heads, spec.head_dim)).astype(np.float32)
+    return [q, k_pool, v_pool, pos_a, seq_a, tables], n
+
+
+@pytest.mark.parametrize("target_name", sorted(TARGETS))
+@pytest.mark.parametrize("spec", ATTENTION, ids=lambda s: s.name())
+def test_attention_matches_reference(target_name: str, spec: AttentionSpec) -> None:
+    rng = np.random.default_rng(zlib.crc32(spec.name().encode()))
+    inputs, n = attention_inputs(spec, rng)
+    out = np.full((n, spec.heads, spec.head_dim), np.nan, np.float32)
+    run(target_name, spec, [*inputs, out], n)
+    ref = reference(spec, *inputs)
+    assert np.isfinite(out).all()
+    err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert err <= TOL, f"relative error {err:.3g} > {TOL:g}"
+    rows = np.abs(out - ref).max(axis=(1, 2)) / np.abs(ref).max(axis=(1, 2))
+    assert rows.max() <= 10 * TOL, rows  # every row, not just on average
+
+
+def test_small_target_takes_several_keys_per_warp_step() -> None:
+    """On the small target only the register cap limits the keys per warp and step."""
+    params = cuda_params(small_block_target())
+    layouts = [attention_layout(spec, params) for spec in ATTENTION]
+    assert all(layout.threads == 64 for layout in layouts)
+    assert [layout.unroll for layout in layouts] == [
+        min(MAX_UNROLL, pow2_floor(max(1, MAX_LOADED_FLOATS // (2 * layout.per_lane))))
+        for layout in layouts]
+    assert max(layout.unroll for layout in layouts) == MAX_UNROLL
+
+
+@pytest.mark.parametrize("target_name", ["h200", "small"])
+@pytest.mark.parametrize("spec", KV_STORE, ids=lambda s: s.name())
+def test_kv_store_writes_only_valid_rows(target_name: str, spec: KvStoreSpec) -> None:
+    rng = np.random.default_rng(zlib.crc32(spec.name().encode()))
+    rows = np.array([3, -1, 0, spec.pool_rows - 1, spec.pool_rows, 5, 2**31 - 1], np.int32)
+    n = len(rows)
+    x = rng.standard_normal((n, spec.width)).astype(np.float32)
+    pool = rng.standard_normal((spec.pool_rows, spec.width)).astype(np.float32)
+    want = pool.copy()
+    for i, r in enumerate(rows):
+        if 0 <= r < spec.pool_rows:
+            want[r] = x[i]
+    run(target_name, spec, [x, rows, pool], n)
+    np.testing.assert_array_equal(pool, want)
