@@ -1,108 +1,210 @@
-"""On a GPU machine: run CUDA ninfer-server builds prepared by scripts/gpu_check.sh and
-compare their greedy tokens with transformers; print decode speed.
+"""The GPU check, on a lent GPU machine: CUDA ninfer-server builds prepared by
+scripts/gpu_check.sh against transformers, with CUDA graphs on and off, one request at a
+time and several at once; memcheck; decode speed of a Qwen3-0.6B-shaped model with
+transformers on the same GPU as the peer.
 
-Needs only python3 with torch, transformers and httpx (as on the lent H200 image); it
-imports ninfer.runtime from this checkout, which does not need TVM.
+Needs only python3 with torch, transformers, httpx, numpy, safetensors, xxhash and jinja2
+(as on the lent H200 image); it imports ninfer from this checkout, without TVM.
+
+    python3 benchmarks/gpu_check.py run ROOT        # there
+    python3 benchmarks/gpu_check.py bench-ckpt DIR  # the bench checkpoint (both sides)
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compiler"))
 
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "東京は日本の首都です。", "a"]
+# Qwen3-0.6B's shape (tied embeddings), random weights; vocab cut to 32k to keep the
+# checkpoint small to make on the lent machine.
+BENCH_CONFIG = dict(vocab_size=32768, hidden_size=1024, intermediate_size=3072,
+                    num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                    head_dim=128, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                    rope_theta=1000000.0, tie_word_embeddings=True)
+BENCH_LIMITS = dict(max_context=1024, max_prefill_chunk=256, max_concurrency=8)
 
 
-def hf_greedy(ckpt: Path, prompts: list[list[int]], n: int) -> list[list[int]]:
+def bench_checkpoint(out: Path, tokenizer_from: Path) -> Path:
+    """Random-weight Qwen3-0.6B-shaped checkpoint (seed 0, bf16) with the tiny tokenizer."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).eval()
+    torch.manual_seed(0)
+    cfg = Qwen3Config(**BENCH_CONFIG, torch_dtype="bfloat16")
+    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(out)
+    for f in tokenizer_from.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "ninfer-test")):
+            shutil.copy(f, out / f.name)
+    return out
+
+
+def hf_greedy(model, prompts: list[list[int]], n: int, device: str) -> list[list[int]]:
+    import torch
+
     out = []
     for ids in prompts:
         with torch.no_grad():
-            g = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
-                               attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                               pad_token_id=0)
+            g = model.generate(torch.tensor([ids], device=device), max_new_tokens=n,
+                               do_sample=False, pad_token_id=0,
+                               attention_mask=torch.ones(1, len(ids), dtype=torch.long,
+                                                         device=device))
         out.append(g[0, len(ids):].tolist())
     return out
 
 
-def main(root: Path) -> int:
-    from transformers import PreTrainedTokenizerFast
+def complete(client, ids: list[int], n: int, **extra) -> dict:
+    r = client.post("/v1/completions", json={"prompt": ids, "max_tokens": n,
+                                             "temperature": 0, "return_token_ids": True,
+                                             **extra}, timeout=600)
+    return r.json()
 
+
+def check_tokens(tag: str, r: dict, want: list[int]) -> bool:
+    if "choices" not in r:
+        print(f"{tag}: ERROR {r}")
+        return False
+    got = r["choices"][0]["token_ids"]
+    ok = got == want[: len(got)] and (len(got) == len(want) or
+                                      r["choices"][0]["finish_reason"] == "stop")
+    print(f"{tag}: {'OK ' if ok else 'BAD'} got {got[:8]}... want {want[:8]}...")
+    return ok
+
+
+def parity(build: Path, prompts: list[list[int]], expected: list[list[int]]) -> int:
+    """Greedy tokens = transformers: one at a time, 2 and 4 at once; graphs on and off."""
     from ninfer.runtime import Server
 
-    ckpt = root / "checkpoint"
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(ckpt / "tokenizer.json"))
-    eos = set(json.loads((ckpt / "ninfer-test.json").read_text())["eos_token_ids"])
-    prompts = [tok.encode(p) for p in PROMPTS]
-    expected = [[t for t in seq if t not in eos][:32] for seq in hf_greedy(ckpt, prompts, 32)]
     failures = 0
-    for build in sorted(p for p in root.iterdir() if (p / "ninfer-server").exists()):
-        with Server(build) as srv:
+    for extra in ((), ("--no-cuda-graph",)):
+        mode = "graphs off" if extra else "graphs on"
+        with Server(build, extra_args=extra) as srv:
             for ids, want in zip(prompts, expected, strict=True):
-                r = srv.client.post("/v1/completions", json={
-                    "prompt": ids, "max_tokens": 32, "temperature": 0,
-                    "return_token_ids": True}).json()
-                if "choices" not in r:
-                    print(f"{build.name}: ERROR {r}")
-                    print("\n".join(srv.output))
-                    failures += 1
-                    break
-                got = r["choices"][0]["token_ids"]
-                ok = got == want[: len(got)] and (len(got) == len(want) or
-                                                   r["choices"][0]["finish_reason"] == "stop")
-                failures += not ok
-                print(f"{build.name}: {'OK ' if ok else 'BAD'} prompt {len(ids)} tokens; "
-                      f"got {got[:8]}... want {want[:8]}...")
-            t0 = time.perf_counter()
-            r = srv.client.post("/v1/completions", json={
-                "prompt": prompts[0], "max_tokens": 200, "temperature": 0,
-                "ignore_eos": True}).json()
+                failures += not check_tokens(f"{build.name} {mode} batch 1",
+                                             complete(srv.client, ids, 32), want)
+            for width in (2, 4):
+                with ThreadPoolExecutor(width) as pool:
+                    rs = list(pool.map(lambda ids: complete(srv.client, ids, 32),
+                                       prompts[:width]))
+                for r, want in zip(rs, expected, strict=False):
+                    failures += not check_tokens(f"{build.name} {mode} batch {width}", r, want)
+            r = complete(srv.client, prompts[0], 200, ignore_eos=True)
             t = r["timings"]
-            print(f"{build.name}: decode {t['predicted_per_second']:.1f} tok/s, prefill "
-                  f"{t['prompt_per_second']:.1f} tok/s ({time.perf_counter() - t0:.2f} s wall)")
-            print("\n".join(srv.output))
-    print(f"{failures} mismatches")
-    for build in sorted(p for p in root.iterdir() if (p / "ninfer-server").exists()):
-        failures += sanitize(build, prompts[1], expected[1])
-    return 1 if failures else 0
+            print(f"{build.name} {mode}: decode {t['predicted_per_second']:.1f} tok/s, "
+                  f"prefill {t['prompt_per_second']:.1f} tok/s")
+            print("\n".join(line for line in srv.output if "graph" in line)[-2000:])
+    return failures
 
 
 def sanitize(build: Path, ids: list[int], want: list[int]) -> int:
-    """One prefill + decode under compute-sanitizer memcheck (where the machine allows it)."""
-    import shutil
-
+    """Prefill + decode, two requests at once, under compute-sanitizer memcheck."""
     from ninfer.runtime import Server, ServerError
 
     tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     if not Path(tool).exists():
         print("compute-sanitizer: not found")
         return 0
-    srv = Server(build, startup_timeout=240)
-    srv.args = [tool, "--tool", "memcheck", "--error-exitcode", "9", *srv.args]
+    srv = Server(build, startup_timeout=300)
+    srv.args = [tool, "--tool", "memcheck", *srv.args]
     try:
         with srv:
-            r = srv.client.post("/v1/completions", json={
-                "prompt": ids, "max_tokens": 8, "temperature": 0,
-                "return_token_ids": True}, timeout=240).json()
-            got = r["choices"][0]["token_ids"]
-            print(f"{build.name} under memcheck: got {got} want {want[:8]}")
+            with ThreadPoolExecutor(2) as pool:
+                rs = list(pool.map(lambda _: complete(srv.client, ids, 8), range(2)))
+            for r in rs:
+                check_tokens(f"{build.name} under memcheck", r, want)
     except ServerError as e:
         print(f"{build.name} under memcheck: server did not start: {e}")
         return 0
     report = [line for line in srv.output if line.startswith("=====")]
-    print("\n".join(report)[-4000:])
+    print("\n".join(report)[-3000:])
     bad = [line for line in report if re.match(r"=+\s+(Invalid|Program hit|Uninit|Race)", line)]
     print(f"{build.name} memcheck: {len(bad)} error lines")
     return int(bool(bad))
 
 
+def bench(root: Path) -> None:
+    """Decode speed of the 0.6B-shaped model: ninfer (graphs on/off, 1..8 streams) and
+    transformers on the same GPU."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ninfer.pipeline import CompileOptions, write_model_artifact
+    from ninfer.runtime import Server
+
+    build = root / "bench-h200"
+    t0 = time.perf_counter()
+    ckpt = bench_checkpoint(Path("/tmp/ninfer-bench-ckpt"), root / "checkpoint")
+    write_model_artifact(CompileOptions(model_dir=ckpt, target="h200", model_id="qwen3-0.6b-shape",
+                                        **BENCH_LIMITS), build / "model.ninfer")
+    print(f"bench checkpoint + artifact: {time.perf_counter() - t0:.1f} s")
+    prompt = list(range(100, 164))
+    n = 128
+    with Server(build) as srv:
+        complete(srv.client, prompt, 8)  # warm-up: graphs for the shapes used below
+        r = complete(srv.client, prompt, n, ignore_eos=True)
+        mine = r["choices"][0]["token_ids"]
+        t = r["timings"]
+        print(f"ninfer graphs on: decode {t['predicted_per_second']:.1f} tok/s, prefill "
+              f"{t['prompt_per_second']:.1f} tok/s (64-token prompt)")
+        for c in (2, 4, 8):
+            complete(srv.client, prompt, 8)
+            t1 = time.perf_counter()
+            with ThreadPoolExecutor(c) as pool:
+                rs = list(pool.map(lambda _: complete(srv.client, prompt, n, ignore_eos=True),
+                                   range(c)))
+            wall = time.perf_counter() - t1
+            toks = sum(len(x["choices"][0]["token_ids"]) for x in rs)
+            print(f"ninfer {c} streams: {toks / wall:.1f} tok/s aggregate ({wall:.2f} s)")
+    with Server(build, extra_args=("--no-cuda-graph",)) as srv:
+        complete(srv.client, prompt, 8)
+        t = complete(srv.client, prompt, n, ignore_eos=True)["timings"]
+        print(f"ninfer graphs off: decode {t['predicted_per_second']:.1f} tok/s")
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).cuda().eval()
+    hf_greedy(model, [prompt], 8, "cuda")
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    ref = hf_greedy(model, [prompt], n, "cuda")[0]
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t1
+    print(f"transformers fp32 (same GPU): decode {len(ref) / dt:.1f} tok/s incl. prefill")
+    same = next((i for i, (a, b) in enumerate(zip(mine, ref, strict=False)) if a != b),
+                min(len(mine), len(ref)))
+    print(f"greedy agreement with transformers: first {same} of {n} tokens identical")
+
+
+def run(root: Path) -> int:
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    ckpt = root / "checkpoint"
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(ckpt / "tokenizer.json"))
+    eos = set(json.loads((ckpt / "ninfer-test.json").read_text())["eos_token_ids"])
+    prompts = [tok.encode(p) for p in PROMPTS]
+    hf = AutoModelForCausalLM.from_pretrained(ckpt, dtype="float32").eval()
+    expected = [[t for t in seq if t not in eos][:32] for seq in hf_greedy(hf, prompts, 32,
+                                                                          "cpu")]
+    failures = 0
+    builds = sorted(p for p in root.iterdir() if (p / "model.ninfer").exists()
+                    and p.name.startswith("qwen3-tiny"))
+    for build in builds:
+        failures += parity(build, prompts, expected)
+    print(f"{failures} mismatches")
+    for build in builds:
+        failures += sanitize(build, prompts[1], expected[1])
+    if (root / "bench-h200" / "ninfer-server").exists():
+        bench(root)
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    if sys.argv[1] == "bench-ckpt":
+        bench_checkpoint(Path(sys.argv[2]), Path(sys.argv[3]))
+        sys.exit(0)
+    sys.exit(run(Path(sys.argv[2])))

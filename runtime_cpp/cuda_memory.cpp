@@ -117,7 +117,7 @@ void StepGraphs::run(uint64_t key, const std::function<void()>& body) {
 
 std::string describe() {
   return "GPU " + std::to_string(g_device.ordinal) + " (" + g_device.name + ", " +
-         std::to_string(g_device.sm_count) + " SMs)";
+         std::to_string(g_device.sm_count) + " SMs), CUDA graphs " + (g_graphs ? "on" : "off");
 }
 
 void to_device(void* dst, const void* src, size_t bytes) {

@@ -1,6 +1,14 @@
-// The engine: one loop thread that owns the model; requests arrive through a queue
-// and results leave through a per-request channel, so the HTTP threads never touch
-// the model and the model never sees JSON.
+// The engine: one loop thread that owns the model and runs continuous batching; requests
+// arrive through a queue and results leave through a per-request channel, so the HTTP
+// threads never touch the model and the model never sees JSON.
+//
+// Each loop iteration reaps cancelled and timed-out requests, asks the Scheduler
+// (scheduler.h) for a step plan (decode rows of running requests, then prompt chunks,
+// under the step token budget), runs Model::step over it, and samples the requests whose
+// last row was in the step. Each request owns its Sampler (seeded per request),
+// StreamDecoder and StopMatcher, and the kernels are row-independent, so a request's
+// tokens do not depend on what else is in the batch, on how its prompt was chunked, or
+// on being preempted and recomputed.
 #pragma once
 
 #include <atomic>
@@ -9,19 +17,25 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "model.h"
 #include "sampling.h"
+#include "scheduler.h"
 #include "tokenizer.h"
 
 namespace ninfer {
 
+class Metrics;
+class RequestLog;
+
 struct GenerationRequest {
+  std::string id;                // for the request log
   std::vector<int32_t> prompt;
-  int max_tokens = 16;
+  int max_tokens = -1;           // -1: as many as the context and the KV pool allow
   SamplingParams sampling;
   uint64_t seed = 0;
   std::vector<std::string> stop;
@@ -30,10 +44,10 @@ struct GenerationRequest {
 
 struct Timings {
   int prompt_n = 0;
-  double prompt_ms = 0;
+  double prompt_ms = 0;     // first admitted -> first token
   int predicted_n = 0;
-  double predicted_ms = 0;
-  double queue_ms = 0;
+  double predicted_ms = 0;  // first token -> finished
+  double queue_ms = 0;      // submitted -> first admitted
 };
 
 struct GenerationEvent {
@@ -43,16 +57,37 @@ struct GenerationEvent {
   std::vector<int32_t> tokens;   // kText: tokens this delta completes
   std::string finish_reason;     // kDone: "stop" | "length" | "cancelled"
   std::string error;             // kError
+  std::string error_code;        // kError: "pending_timeout" (never admitted in time) or ""
   Timings timings;               // kDone
+};
+
+// Thrown by Engine::submit for a request that is refused without running.
+class RequestRejected : public std::runtime_error {
+ public:
+  enum class Reason { kQueueFull, kContextLength, kKvCapacity };
+  RequestRejected(Reason reason, const std::string& message, std::string param = "")
+      : std::runtime_error(message), reason(reason), param(std::move(param)) {}
+  static const char* name(Reason r);  // metric label: queue_full | context_length | kv_capacity
+  Reason reason;
+  std::string param;  // "prompt" | "max_tokens" for the length checks
 };
 
 // Shared between the HTTP thread that submitted a request and the engine loop.
 class RequestState {
  public:
   explicit RequestState(GenerationRequest r) : request(std::move(r)) {}
-  // Blocks until the next event; false only if the request was abandoned.
+  // Blocks until the next event.
   GenerationEvent next();
+  // Waits at most `timeout_ms` for the next event; false if none came.
+  bool next_for(int timeout_ms, GenerationEvent& ev);
+  // Waits at most `timeout_ms` until the request was admitted to run or has an event
+  // (a request refused while queued gets an error event first); false on timeout.
+  bool wait_started(int timeout_ms);
+  bool started();
   void push(GenerationEvent ev);
+  void mark_started();
+  // Asks the engine to stop the request; it frees the request's slot and blocks within
+  // one step and sends kDone with finish_reason "cancelled".
   void cancel() { cancelled.store(true); }
 
   const GenerationRequest request;
@@ -63,30 +98,70 @@ class RequestState {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<GenerationEvent> events_;
+  bool started_ = false;
+};
+
+struct EngineOptions {
+  int context_limit = 0;          // tokens per request (prompt + generated); 0: compiled
+  int max_concurrency = 0;        // requests running at once (<= step_tokens);
+                                  // 0: compiled, at most step_tokens
+  int step_tokens = 0;            // rows per step (--prefill-chunk); 0: compiled
+  int max_pending = 64;           // requests waiting for a slot; 0: unbounded
+  double pending_timeout_ms = 0;  // a request not admitted within this fails; 0: never
+  Metrics* metrics = nullptr;         // optional
+  RequestLog* request_log = nullptr;  // optional
 };
 
 class Engine {
  public:
-  // `context_limit` (<= the compiled maximum) bounds prompt + generated tokens.
   Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
-         int context_limit);
+         const EngineOptions& options);
   ~Engine();
+  // Queues a request. Throws RequestRejected when it can never fit (context, KV pool) or
+  // the waiting queue is full; std::invalid_argument for an empty prompt.
   std::shared_ptr<RequestState> submit(GenerationRequest request);
   const ModelInfo& info() const { return model_.info(); }
   int context_limit() const { return context_limit_; }
+  int max_concurrency() const { return sched_config_.max_concurrency; }
+  int step_tokens() const { return sched_config_.step_tokens; }
+  int kv_blocks_total() const { return sched_config_.kv_blocks - 1; }
+  int max_positions() const { return max_positions_; }  // per request, KV pool bound
 
  private:
+  struct Seq;
   void loop();
-  void run(RequestState& state);
+  void reap(double now);
+  void run_step(StepPlan& plan);
+  bool on_token(Seq& s, const float* logits, double now);  // true: finished
+  void finish(Seq& s, const std::string& reason, double now);
+  void fail(Seq& s, const std::string& error, const std::string& code, double now);
+  void drop(Seq& s);
+  void publish();
+  void log_rejected(const GenerationRequest& r, int max_tokens, const std::string& reason,
+                    const std::string& message);
 
   Model& model_;
   const Tokenizer& tokenizer_;
   std::vector<int32_t> eos_ids_;
+  SchedulerConfig sched_config_;
   int context_limit_;
+  int max_positions_;
+  int max_pending_;
+  double pending_timeout_ms_;
+  Metrics* metrics_;
+  RequestLog* log_;
+
+  // Loop thread only.
+  Scheduler sched_;
+  std::vector<std::unique_ptr<Seq>> seqs_;
   std::vector<float> logits_;
-  std::mutex mu_;
+  std::vector<int32_t> tokens_, positions_, slots_, block_tables_, logit_rows_;
+
+  std::mutex mu_;  // guards the fields below
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<RequestState>> queue_;
+  std::deque<std::shared_ptr<RequestState>> incoming_;
+  int waiting_ = 0;     // in the scheduler's queue, as last published by the loop
+  int free_slots_ = 0;  // as last published by the loop
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check, in two halves because the lent GPU machine has no package registry:
 #   bash scripts/gpu_check.sh prepare TARGET   # here: compile the tiny Qwen3 for TARGET
-#                                              # (tvm and coop prefill projections)
-#   bash scripts/gpu_check.sh run              # there: serve both, compare with transformers
+#                                              # (coop and tvm prefill projections) and a
+#                                              # 0.6B-shaped bench model (no artifact)
+#   bash scripts/gpu_check.sh run              # there: parity with transformers (graphs
+#                                              # on/off, 1/2/4 streams), memcheck, speed
 # `prepare` leaves everything `run` needs in build/gpu-check (carry that path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,19 +17,33 @@ case "${1:-}" in
 import shutil, sys
 from pathlib import Path
 sys.path.insert(0, "tests")
+sys.path.insert(0, "benchmarks")
 from conftest import MAX_CONTEXT, PREFILL_CHUNK, compiled
+from gpu_check import BENCH_LIMITS, bench_checkpoint
 from ninfer.pipeline import CompileOptions, compile_model
 target, root = sys.argv[1], Path(sys.argv[2])
 model = compiled("qwen3-tiny")
 shutil.copytree(model.checkpoint, root / "checkpoint")
-for mode in ("tvm", "coop"):
+def tidy(out):
+    for junk in ("src", "cmake-build"):
+        shutil.rmtree(out / junk)
+for mode in ("coop", "tvm"):
     out = root / f"qwen3-tiny-{target}-{mode}"
     compile_model(CompileOptions(model_dir=model.checkpoint, target=target, out_dir=out,
                                  model_id="qwen3-tiny", max_context=MAX_CONTEXT,
-                                 max_prefill_chunk=PREFILL_CHUNK, python_module=False,
-                                 prefill_projections=mode))
-    for junk in ("src", "cmake-build"):
-        shutil.rmtree(out / junk)
+                                 max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+                                 python_module=False, prefill_projections=mode))
+    tidy(out)
+# The 0.6B-shaped bench model: built here without its 3 GB artifact, which
+# gpu_check.py writes there from a checkpoint it makes with the same seed and shapes.
+ckpt = Path("build/bench-0.6b-checkpoint")
+if not (ckpt / "config.json").exists():
+    bench_checkpoint(ckpt, model.checkpoint)
+out = root / f"bench-{target}"
+compile_model(CompileOptions(model_dir=ckpt, target=target, out_dir=out,
+                             model_id="qwen3-0.6b-shape", python_module=False,
+                             write_artifact=False, **BENCH_LIMITS))
+tidy(out)
 PY
     nvcc -O2 -arch="$(.venv/bin/python -c "from ninfer.targets import load_target as t; print(t('$target').arch)")" \
       -o "$root/membench" benchmarks/gpu_membench.cu
@@ -39,7 +55,7 @@ PY
     export LD_LIBRARY_PATH="$PWD/$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
     "$root/membench" || true
-    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py "$root"
+    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py run "$root"
     ;;
   *)
     echo "usage: $0 prepare [TARGET] | run" >&2

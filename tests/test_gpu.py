@@ -68,17 +68,32 @@ def test_gpu_logits_match_transformers(gpu_model, qwen3_model):
         assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-3
 
 
-def test_gpu_greedy_tokens_match_cpu_build(gpu_model, qwen3_model):
+PROMPTS = ("Once upon a time", "def f(x):\n    return x * 2", "東京は日本の首都です。")
+
+
+def _greedy(client, prompt: str) -> list[int]:
+    r = client.post("/v1/completions", json={
+        "prompt": prompt, "max_tokens": 32, "temperature": 0, "return_token_ids": True},
+        timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["token_ids"]
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_gpu_greedy_tokens_match_cpu_build(gpu_model, qwen3_model, graphs):
+    """One request at a time, then 2 at once (batch 2): the same tokens as the CPU build,
+    with CUDA graphs replayed and with eager launches."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from ninfer.runtime import Server
 
-    outputs = []
-    for build in (qwen3_model.out_dir, gpu_model):
-        with Server(build) as srv:
-            r = srv.client.post("/v1/completions", json={
-                "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0,
-                "return_token_ids": True})
-            outputs.append(r.json()["choices"][0]["token_ids"])
-    assert outputs[0] == outputs[1]
+    with Server(qwen3_model.out_dir) as srv:
+        want = [_greedy(srv.client, p) for p in PROMPTS]
+    extra = () if graphs else ("--no-cuda-graph",)
+    with Server(gpu_model, extra_args=extra) as srv:
+        assert [_greedy(srv.client, p) for p in PROMPTS] == want
+        with ThreadPoolExecutor(2) as pool:
+            assert list(pool.map(lambda p: _greedy(srv.client, p), PROMPTS[:2])) == want[:2]
 
 
 def test_gpu_server_passes_memcheck(gpu_model):

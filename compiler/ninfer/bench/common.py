@@ -1,0 +1,290 @@
+"""Shared by the benchmarks: the server under test, /metrics, RSS, SSE arrival times."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ninfer.runtime.server import Server
+
+MIB = 1 << 20
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot run (no server, a missing metric, a bad option)."""
+
+
+class MetricsError(BenchError):
+    """GET /metrics failed or lacks a metric the benchmark needs."""
+
+
+# ---------------------------------------------------------------------------------------
+# The server under test
+
+
+@dataclass
+class Endpoint:
+    """Where the server listens; `pid` is known when it runs on this machine."""
+
+    base_url: str
+    pid: int | None = None
+    server: Server | None = None
+    build_dir: Path | None = None
+
+    def client(self, *, timeout: float = 300.0, connections: int = 16) -> httpx.Client:
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        return httpx.Client(base_url=self.base_url, timeout=timeout, limits=limits)
+
+    def alive(self) -> bool:
+        if self.server is not None:
+            return self.server.alive()
+        return self.pid is None or Path(f"/proc/{self.pid}").exists()
+
+    def log_tail(self, n: int = 20) -> str:
+        if self.server is None:
+            return ""
+        return "\n".join(list(self.server.output)[-n:])
+
+    def server_line(self, pattern: str) -> re.Match[str] | None:
+        """The first line of the server's startup output matching `pattern`."""
+        if self.server is None:
+            return None
+        for line in list(self.server.output):
+            m = re.search(pattern, line)
+            if m:
+                return m
+        return None
+
+
+@contextmanager
+def open_endpoint(build_dir: Path | None, url: str | None, *, threads: int | None = None,
+                  server_args: tuple[str, ...] = (), pid: int | None = None
+                  ) -> Iterator[Endpoint]:
+    """Start `build_dir`'s ninfer-server (stopped on exit), or use the one at `url`."""
+    if url:
+        base = url.rstrip("/")
+        if base.endswith("/v1"):
+            base = base[:-3]
+        try:
+            ok = httpx.get(base + "/health", timeout=10).status_code == 200
+        except httpx.HTTPError as exc:
+            raise BenchError(f"{base}/health: {exc}") from exc
+        if not ok:
+            raise BenchError(f"{base}/health did not answer 200")
+        yield Endpoint(base, pid=pid, build_dir=build_dir)
+        return
+    if build_dir is None:
+        raise BenchError("give a BUILD_DIR to start a server, or --url of a running one")
+    with Server(build_dir, threads=threads, extra_args=server_args) as srv:
+        assert srv.proc is not None
+        yield Endpoint(srv.base_url, pid=srv.proc.pid, server=srv, build_dir=build_dir)
+
+
+@dataclass
+class ModelFacts:
+    model_id: str
+    max_model_len: int
+    vocab_size: int | None  # None when /v1/models does not say
+
+
+def model_facts(client: httpx.Client) -> ModelFacts:
+    r = client.get("/v1/models")
+    if r.status_code != 200:
+        raise BenchError(f"GET /v1/models answered {r.status_code}: {r.text[:200]}")
+    m = r.json()["data"][0]
+    vocab = m.get("vocab_size")
+    return ModelFacts(m["id"], int(m.get("max_model_len") or 0), int(vocab) if vocab else None)
+
+
+def compiled_limits(build_dir: Path | None) -> dict[str, Any]:
+    """plan.limits of BUILD_DIR/compile_report.json ({} when there is none)."""
+    if build_dir is None:
+        return {}
+    path = Path(build_dir) / "compile_report.json"
+    if not path.exists():
+        return {}
+    limits = json.loads(path.read_text()).get("plan", {}).get("limits", {})
+    return dict(limits)
+
+
+# ---------------------------------------------------------------------------------------
+# /metrics
+
+
+@dataclass
+class Metrics:
+    """One scrape: sample name -> [(labels, value)]."""
+
+    samples: dict[str, list[tuple[dict[str, str], float]]]
+
+    def has(self, name: str) -> bool:
+        return name in self.samples
+
+    def value(self, name: str, **labels: str) -> float:
+        """The sample's value, summed over the series matching `labels`."""
+        if name not in self.samples:
+            known = ", ".join(sorted(n for n in self.samples if not n.endswith("_bucket")))
+            raise MetricsError(f"the server's /metrics has no '{name}' (it has: {known or 'none'})")
+        return sum(v for lab, v in self.samples[name]
+                   if all(lab.get(k) == want for k, want in labels.items()))
+
+    def get(self, name: str, default: float | None = None) -> float | None:
+        return self.value(name) if name in self.samples else default
+
+
+def parse_metrics(text: str) -> Metrics:
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError as exc:  # a test extra, not a runtime dependency
+        raise BenchError("ninfer-bench reads /metrics with prometheus_client: "
+                         "pip install prometheus-client") from exc
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    return Metrics(samples)
+
+
+def fetch_metrics(client: httpx.Client) -> Metrics:
+    try:
+        r = client.get("/metrics", timeout=30)
+    except httpx.HTTPError as exc:
+        raise MetricsError(f"GET /metrics: {exc}") from exc
+    if r.status_code != 200:
+        raise MetricsError(f"GET /metrics answered {r.status_code}: {r.text[:200]}")
+    return parse_metrics(r.text)
+
+
+RUNNING = "ninfer:num_requests_running"
+WAITING = "ninfer:num_requests_waiting"
+KV_USED = "ninfer:kv_blocks_used"
+KV_TOTAL = "ninfer:kv_blocks_total"
+CANCELLED = "ninfer:requests_cancelled_total"
+REJECTED = "ninfer:requests_rejected_total"
+SUCCESS = "ninfer:request_success_total"
+TTFT = "ninfer:time_to_first_token_seconds"
+ITL = "ninfer:inter_token_latency_seconds"
+
+
+def wait_idle(client: httpx.Client, timeout: float, grace: float = 2.0) -> tuple[Metrics, bool]:
+    """Polls /metrics until nothing runs or waits (at most `timeout` s), then up to `grace`
+    s more until no KV block is held (the gauges may be published a step apart).
+
+    Returns the last scrape and whether the server went idle (running = waiting = 0).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        m = fetch_metrics(client)
+        if m.value(RUNNING) == 0 and m.value(WAITING) == 0:
+            break
+        if time.monotonic() > deadline:
+            return m, False
+        time.sleep(0.1)
+    deadline = time.monotonic() + grace
+    while m.value(KV_USED) != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        m = fetch_metrics(client)
+    return m, True
+
+
+# ---------------------------------------------------------------------------------------
+# Resident memory
+
+RSS_RULE = "flat: end <= start x 1.10 + 16 MiB"
+
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of process `pid` from /proc/<pid>/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            value, unit = line.split()[1:3]
+            assert unit == "kB", line
+            return int(value) * 1024
+    raise BenchError(f"/proc/{pid}/status has no VmRSS line")
+
+
+def rss_flat(start: int, end: int) -> bool:
+    return end <= start * 1.10 + 16 * MIB
+
+
+# ---------------------------------------------------------------------------------------
+# Server-sent events
+
+
+def sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """The `data:` payloads of an SSE stream, in order ("[DONE]" included)."""
+    for line in lines:
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+@dataclass
+class StreamTrace:
+    """One streamed completion: when it was sent, when each token arrived."""
+
+    sent: float
+    status: int = 0
+    headers: float = 0.0
+    done: float = 0.0
+    times: list[float] = field(default_factory=list)  # one entry per generated token
+    finish_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def first(self) -> float:
+        return self.times[0]
+
+    @property
+    def last(self) -> float:
+        return self.times[-1]
+
+
+def stream_tokens(client: httpx.Client, body: dict[str, Any], route: str = "/v1/completions",
+                  on_tokens: Callable[[int], None] | None = None) -> StreamTrace:
+    """Streams `body` (return_token_ids on) and records each token's arrival time.
+
+    `on_tokens(n)` is called with the number of tokens received so far after each event.
+    """
+    body = {**body, "stream": True, "return_token_ids": True}
+    trace = StreamTrace(sent=time.perf_counter())
+    with client.stream("POST", route, json=body) as r:
+        trace.status = r.status_code
+        trace.headers = time.perf_counter()
+        if r.status_code != 200:
+            r.read()
+            trace.error = r.text[:300]
+            trace.done = time.perf_counter()
+            return trace
+        for data in sse_data(r.iter_lines()):
+            now = time.perf_counter()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if "error" in chunk:
+                trace.error = json.dumps(chunk["error"])
+                break
+            for choice in chunk.get("choices", []):
+                n = len(choice.get("token_ids") or [])
+                trace.times.extend([now] * n)
+                if n and on_tokens is not None:
+                    on_tokens(len(trace.times))
+                if choice.get("finish_reason"):
+                    trace.finish_reason = choice["finish_reason"]
+    trace.done = time.perf_counter()
+    return trace
+
+
+def rate_in_window(times: Iterable[float], lo: float, hi: float) -> float | None:
+    """Tokens arriving in (lo, hi] per second; None for an empty window or < 2 tokens."""
+    if hi <= lo:
+        return None
+    n = sum(1 for t in times if lo < t <= hi)
+    return n / (hi - lo) if n >= 2 else None

@@ -1,0 +1,284 @@
+"""Serving: decode fairness under a long prefill, and decode throughput vs. concurrency.
+
+Every rate is measured from client-side SSE arrival times (return_token_ids gives the
+number of tokens per event): the tokens arriving in a window (lo, hi] divided by its
+length, so prefill, queueing and the tail of a stream do not dilute it.
+
+- fairness: stream A (short prompt, ignore_eos, --decode-tokens) alone gives its solo
+  decode rate (window: A's first to last token). Then A again, and once A decodes,
+  stream B sends a prompt of --prefill-multiple x the server's prefill chunk. A's rate
+  while B prefills (B sent -> B's first token) and while B runs (B sent -> B done), each
+  as a fraction of solo; target >= 0.5.
+- scaling: c streams started together (ignore_eos, same max_tokens); the aggregate rate
+  over the window where all c decode (latest first token -> earliest last token), as a
+  ratio over c = 1; targets (CPU) 1.8x at 2, 3x at 4.
+
+The benchmark reports; it does not assert. Medians over --repeats runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from ninfer.bench.common import (
+    BenchError,
+    Endpoint,
+    StreamTrace,
+    compiled_limits,
+    model_facts,
+    rate_in_window,
+    stream_tokens,
+)
+
+FAIRNESS_TARGET = 0.5
+SCALING_TARGETS = {2: 1.8, 4: 3.0}  # CPU
+
+
+@dataclass
+class ServingConfig:
+    decode_tokens: int = 64  # A's max_tokens, and each scaling stream's
+    prefill_chunk: int | None = None  # None: the server's / compiled value
+    prefill_multiple: int = 8  # B's prompt = this x prefill chunk
+    b_max_tokens: int = 8
+    levels: tuple[int, ...] = (1, 2, 4, 8)
+    repeats: int = 3
+    prompt_tokens: int = 8  # A's and the scaling streams' prompt length
+    vocab_span: int = 200  # prompt ids in [1, 1 + span): inside any byte-level vocabulary
+
+
+@dataclass
+class FairnessResult:
+    prefill_chunk: int
+    b_prompt_tokens: int
+    solo_tps: float
+    during_prefill_tps: float | None
+    during_b_tps: float | None
+    prefill_ratio: float | None
+    during_b_ratio: float | None
+    target: float = FAIRNESS_TARGET
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ScalingLevel:
+    concurrency: int
+    aggregate_tps: float | None
+    per_stream_tps: float | None
+    ratio: float | None
+    target: float | None
+    note: str = ""
+
+
+@dataclass
+class ServingResult:
+    url: str
+    command: str
+    model_id: str
+    max_concurrency: int | None
+    fairness: FairnessResult
+    scaling: list[ScalingLevel]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _median(xs: list[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _prompt(cfg: ServingConfig, n: int, salt: int) -> list[int]:
+    return [1 + (salt * 7919 + i * 31) % cfg.vocab_span for i in range(n)]
+
+
+def _decode_body(cfg: ServingConfig, salt: int, max_tokens: int) -> dict[str, Any]:
+    return {"prompt": _prompt(cfg, cfg.prompt_tokens, salt), "max_tokens": max_tokens,
+            "temperature": 0, "ignore_eos": True}
+
+
+def _ok(trace: StreamTrace, what: str) -> StreamTrace:
+    if trace.status != 200 or trace.error or not trace.times:
+        raise BenchError(f"{what}: HTTP {trace.status}, {trace.error or 'no tokens'}")
+    return trace
+
+
+def solo_rate(trace: StreamTrace) -> float | None:
+    return rate_in_window(trace.times, trace.first, trace.last)
+
+
+def measure_fairness(client: httpx.Client, cfg: ServingConfig, chunk: int,
+                     max_model_len: int) -> FairnessResult:
+    b_len = cfg.prefill_multiple * chunk
+    if max_model_len and b_len + cfg.b_max_tokens > max_model_len:
+        raise BenchError(f"B's prompt of {cfg.prefill_multiple} x {chunk} = {b_len} tokens + "
+                         f"{cfg.b_max_tokens} does not fit the context of {max_model_len}")
+    body_a = _decode_body(cfg, 1, cfg.decode_tokens)
+    body_b = {"prompt": _prompt(cfg, b_len, 2), "max_tokens": cfg.b_max_tokens,
+              "temperature": 0, "ignore_eos": True}
+    _ok(stream_tokens(client, {**body_a, "max_tokens": 4}), "warm-up")
+    res = FairnessResult(chunk, b_len, 0.0, None, None, None, None)
+    solos = [solo_rate(_ok(stream_tokens(client, body_a), "A alone"))
+             for _ in range(cfg.repeats)]
+    solo = _median(solos)
+    if not solo:
+        raise BenchError("A alone produced too few tokens to measure a rate")
+    res.solo_tps = solo
+    lead = min(4, max(1, cfg.decode_tokens // 8))  # A's tokens before B is sent
+    for _ in range(cfg.repeats):
+        decoding = threading.Event()
+
+        def seen(n: int, ev: threading.Event = decoding) -> None:
+            if n >= lead:
+                ev.set()
+
+        with ThreadPoolExecutor(1) as pool:
+            fut_a = pool.submit(stream_tokens, client, body_a, "/v1/completions", seen)
+            if not decoding.wait(60):
+                raise BenchError("A produced no tokens within 60 s")
+            b = _ok(stream_tokens(client, body_b), "B")
+            a = _ok(fut_a.result(), "A with B")
+        pre_hi, run_hi = min(b.first, a.last), min(b.done, a.last)
+        run = {"during_prefill_tps": rate_in_window(a.times, b.sent, pre_hi),
+               "during_b_tps": rate_in_window(a.times, b.sent, run_hi),
+               "b_prefill_s": b.first - b.sent, "b_total_s": b.done - b.sent,
+               "a_covers_b": (run_hi - b.sent) / (b.done - b.sent)}
+        res.runs.append(run)
+        if a.last < b.first:
+            res.notes.append("A finished before B's prefill did: raise --decode-tokens")
+    res.during_prefill_tps = _median([r["during_prefill_tps"] for r in res.runs])
+    res.during_b_tps = _median([r["during_b_tps"] for r in res.runs])
+    if res.during_prefill_tps is not None:
+        res.prefill_ratio = res.during_prefill_tps / solo
+    else:
+        res.notes.append("fewer than 2 of A's tokens arrived during B's prefill")
+    if res.during_b_tps is not None:
+        res.during_b_ratio = res.during_b_tps / solo
+    res.notes = sorted(set(res.notes))
+    return res
+
+
+def measure_level(client: httpx.Client, cfg: ServingConfig, c: int) -> float | None:
+    """Aggregate decode tokens/s of c streams over the window where all of them decode."""
+    barrier = threading.Barrier(c)
+
+    def one(i: int) -> StreamTrace:
+        barrier.wait()
+        return _ok(stream_tokens(client, _decode_body(cfg, 100 + i, cfg.decode_tokens)),
+                   f"stream {i} of {c}")
+
+    with ThreadPoolExecutor(c) as pool:
+        traces = list(pool.map(one, range(c)))
+    lo, hi = max(t.first for t in traces), min(t.last for t in traces)
+    return rate_in_window([x for t in traces for x in t.times], lo, hi)
+
+
+def measure_scaling(client: httpx.Client, cfg: ServingConfig,
+                    max_concurrency: int | None) -> list[ScalingLevel]:
+    out: list[ScalingLevel] = []
+    base: float | None = None
+    for c in cfg.levels:
+        target = SCALING_TARGETS.get(c)
+        if max_concurrency is not None and c > max_concurrency:
+            out.append(ScalingLevel(c, None, None, None, target,
+                                    f"above the server's {max_concurrency} concurrent requests"))
+            continue
+        agg = _median([measure_level(client, cfg, c) for _ in range(cfg.repeats)])
+        if c == 1:
+            base = agg
+        ratio = agg / base if agg is not None and base else None
+        out.append(ScalingLevel(c, agg, agg / c if agg is not None else None, ratio, target,
+                                "" if agg is not None else "no common decode window"))
+    return out
+
+
+def run_serving(endpoint: Endpoint, cfg: ServingConfig, command: str,
+                log: Callable[[str], None] = lambda s: None) -> ServingResult:
+    limits = compiled_limits(endpoint.build_dir)
+    m = endpoint.server_line(r"(\d+) concurrent requests, (\d+) tokens per step")
+    chunk = cfg.prefill_chunk or (int(m.group(2)) if m else None) or \
+        limits.get("max_prefill_chunk")
+    if not chunk:
+        raise BenchError("the server's prefill chunk is unknown: pass --prefill-chunk (or a "
+                         "BUILD_DIR with compile_report.json)")
+    max_conc = int(m.group(1)) if m else limits.get("max_concurrency")
+    conns = max(max(cfg.levels), 2) + 4
+    with endpoint.client(connections=conns) as client:
+        facts = model_facts(client)
+        log(f"fairness: A decodes {cfg.decode_tokens} tokens, B prefills "
+            f"{cfg.prefill_multiple} x {chunk} tokens")
+        fair = measure_fairness(client, cfg, int(chunk), facts.max_model_len)
+        log(f"scaling: concurrency {', '.join(map(str, cfg.levels))}")
+        scaling = measure_scaling(client, cfg, int(max_conc) if max_conc else None)
+    return ServingResult(endpoint.base_url, command, facts.model_id,
+                         int(max_conc) if max_conc else None, fair, scaling)
+
+
+def _f(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _verdict(ratio: float | None, target: float | None) -> str:
+    if ratio is None or target is None:
+        return "-"
+    return "meets" if ratio >= target else "below"
+
+
+def format_text(res: ServingResult) -> list[str]:
+    """Plain lines in the style of benchmarks/RESULTS.md."""
+    f = res.fairness
+    lines = [f"model: {res.model_id}; prefill chunk {f.prefill_chunk}; max concurrency "
+             f"{res.max_concurrency or '?'}",
+             f"fairness: A decode alone {f.solo_tps:.1f} tok/s; B prompt {f.b_prompt_tokens} "
+             "tokens",
+             f"{'':28}{'tok/s':>10}{'of solo':>10}{'target':>9}",
+             f"{'A while B prefills':28}{_f(f.during_prefill_tps, '.1f'):>10}"
+             f"{_f(f.prefill_ratio, '.2f'):>10}{'>= ' + format(f.target, 'g'):>9}  "
+             f"{_verdict(f.prefill_ratio, f.target)}",
+             f"{'A while B runs':28}{_f(f.during_b_tps, '.1f'):>10}"
+             f"{_f(f.during_b_ratio, '.2f'):>10}{'>= ' + format(f.target, 'g'):>9}  "
+             f"{_verdict(f.during_b_ratio, f.target)}",
+             *[f"  note: {n}" for n in f.notes],
+             "scaling: aggregate decode over the window where every stream decodes",
+             f"{'concurrency':>11}{'agg tok/s':>11}{'per stream':>12}{'ratio':>8}{'target':>9}"]
+    for s in res.scaling:
+        tgt = f">= {s.target:g}" if s.target else "-"
+        lines.append(f"{s.concurrency:>11}{_f(s.aggregate_tps, '.1f'):>11}"
+                     f"{_f(s.per_stream_tps, '.1f'):>12}{_f(s.ratio, '.2f'):>8}{tgt:>9}  "
+                     f"{_verdict(s.ratio, s.target)}{'  ' + s.note if s.note else ''}")
+    return lines
+
+
+def render_tables(res: ServingResult) -> list[Any]:
+    from rich.table import Table
+
+    f = res.fairness
+    fair = Table(title=f"fairness: A decoding while B prefills {f.b_prompt_tokens} tokens "
+                 f"(prefill chunk {f.prefill_chunk}); A alone {f.solo_tps:.1f} tok/s")
+    for col in ("window", "A tok/s", "of solo", "target", ""):
+        fair.add_column(col, justify="left" if col in ("window", "") else "right")
+    for name, tps, ratio in (("while B prefills", f.during_prefill_tps, f.prefill_ratio),
+                             ("while B runs", f.during_b_tps, f.during_b_ratio)):
+        v = _verdict(ratio, f.target)
+        fair.add_row(name, _f(tps, ".1f"), _f(ratio, ".2f"), f">= {f.target:g}",
+                     f"[green]{v}[/green]" if v == "meets" else f"[yellow]{v}[/yellow]")
+    scale = Table(title=f"scaling: aggregate decode tok/s ({res.model_id}, server max "
+                  f"concurrency {res.max_concurrency or '?'})")
+    for col in ("concurrency", "agg tok/s", "per stream", "ratio", "target", ""):
+        scale.add_column(col, justify="left" if col == "" else "right")
+    for s in res.scaling:
+        v = _verdict(s.ratio, s.target)
+        mark = f"[green]{v}[/green]" if v == "meets" else f"[yellow]{v}[/yellow]" \
+            if v == "below" else v
+        scale.add_row(str(s.concurrency), _f(s.aggregate_tps, ".1f"),
+                      _f(s.per_stream_tps, ".1f"), _f(s.ratio, ".2f"),
+                      f">= {s.target:g}" if s.target else "-",
+                      mark + (f" {s.note}" if s.note else ""))
+    return [fair, scale]

@@ -1,0 +1,135 @@
+// A fake paged model for runtime tests (tests/native/test_engine.cpp, the fake server).
+//
+// It keeps a real paged pool: each row stores its token at its position in its slot's
+// blocks, and a row's logits are a hash of the tokens at positions 0..pos read back
+// through the block table. So a request's output is right only if the engine fed the
+// right tokens at the right positions into blocks nobody else owns, whatever the batch,
+// chunking or preemptions did. Every step checks the StepBatch contract of model.h.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model.h"
+#include "tokenizer.h"
+
+#define CHECK(cond)                                                                   \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+namespace ninfer::fake {
+
+constexpr int kVocab = 27;  // 'a'..'z' and an end-of-sequence token
+constexpr int32_t kEos = 26;
+
+class FakeModel : public Model {
+ public:
+  FakeModel(int max_concurrency, int prefill_chunk, int kv_blocks, int block_size,
+            int max_context, int step_sleep_ms = 0)
+      : step_sleep_ms_(step_sleep_ms) {
+    info_.model_id = "fake";
+    info_.vocab_size = kVocab;
+    info_.max_context = max_context;
+    info_.max_prefill_chunk = prefill_chunk;
+    info_.num_layers = 1;
+    info_.max_concurrency = max_concurrency;
+    info_.kv_block_size = block_size;
+    info_.kv_blocks = kv_blocks;
+    info_.blocks_per_seq = max_context / block_size;
+    pool_.assign(static_cast<size_t>(kv_blocks) * block_size, {-1, -1});
+  }
+  const ModelInfo& info() const override { return info_; }
+
+  void step(const StepBatch& b, float* logits) override {
+    if (fail_at_step_ >= 0 && steps_.load() >= fail_at_step_) throw std::runtime_error("device lost");
+    const ModelInfo& i = info_;
+    CHECK(b.n >= 1 && b.n <= i.max_prefill_chunk);
+    CHECK(b.n_logits >= 0 && b.n_logits <= i.max_concurrency);
+    // Slots in use own disjoint blocks.
+    std::set<int32_t> owned;
+    std::set<int> used_slots(b.slots, b.slots + b.n);
+    for (int s : used_slots) {
+      CHECK(s >= 0 && s < i.max_concurrency);
+      for (int j = 0; j < i.blocks_per_seq; ++j) {
+        const int32_t blk = b.block_tables[s * i.blocks_per_seq + j];
+        CHECK(blk >= 0 && blk < i.kv_blocks);
+        if (blk != 0) CHECK(owned.insert(blk).second);
+      }
+    }
+    // Rows of one sequence contiguous, consecutive positions.
+    std::set<int> finished_slots;
+    for (int r = 0; r < b.n; ++r) {
+      if (r > 0 && b.slots[r] == b.slots[r - 1]) {
+        CHECK(b.positions[r] == b.positions[r - 1] + 1);
+      } else {
+        CHECK(finished_slots.insert(b.slots[r]).second);
+      }
+      CHECK(b.positions[r] >= 0 && b.positions[r] < i.max_context);
+    }
+    for (int r = 0; r < b.n; ++r) {
+      Cell& c = cell(b, b.slots[r], b.positions[r]);
+      c = {b.tokens[r], b.positions[r]};
+    }
+    for (int k = 0; k < b.n_logits; ++k) {
+      const int r = b.logit_rows[k];
+      CHECK(r >= 0 && r < b.n);
+      uint64_t h = 1469598103934665603ull;
+      for (int p = 0; p <= b.positions[r]; ++p) {
+        const Cell& c = cell(b, b.slots[r], p);
+        CHECK(c.pos == p);  // written by this sequence at this position
+        h = (h ^ static_cast<uint64_t>(c.token + 1)) * 1099511628211ull;
+      }
+      float* out = logits + static_cast<size_t>(k) * kVocab;
+      std::mt19937_64 g(h);
+      for (int v = 0; v < kVocab; ++v) out[v] = static_cast<float>(g() % 1000) / 250.0f;
+      out[kEos] -= 1.5f;  // ends now and then, not too soon
+    }
+    steps_.fetch_add(1);
+    max_rows_ = std::max(max_rows_.load(), b.n);
+    if (step_sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_sleep_ms_));
+  }
+
+  std::atomic<int> steps_{0};
+  std::atomic<int> max_rows_{0};
+  int fail_at_step_ = -1;  // >= 0: throw from that step on
+
+ private:
+  struct Cell {
+    int32_t token, pos;
+  };
+  Cell& cell(const StepBatch& b, int slot, int pos) {
+    const int32_t blk = b.block_tables[slot * info_.blocks_per_seq + pos / info_.kv_block_size];
+    CHECK(blk >= 1 && blk < info_.kv_blocks);
+    return pool_[static_cast<size_t>(blk) * info_.kv_block_size + pos % info_.kv_block_size];
+  }
+  ModelInfo info_;
+  int step_sleep_ms_;
+  std::vector<Cell> pool_;
+};
+
+
+// tokenizer.json of the fake vocabulary: one token per letter, <eos> special.
+inline nlohmann::json letters_tokenizer_json() {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int i = 0; i < 26; ++i) vocab[std::string(1, static_cast<char>('a' + i))] = i;
+  return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+          {"added_tokens",
+           nlohmann::json::array({{{"id", kEos}, {"content", "<eos>"}, {"special", true}}})}};
+}
+
+}  // namespace ninfer::fake

@@ -1,0 +1,131 @@
+"""`ninfer-bench`: the pieces on their own, then a short soak and a serving smoke run
+against the compiled qwen3-tiny server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ninfer.bench.cli import main as bench_main
+from ninfer.bench.common import (
+    MIB,
+    MetricsError,
+    parse_metrics,
+    rate_in_window,
+    rss_bytes,
+    rss_flat,
+    sse_data,
+)
+from ninfer.bench.soak import ChatCost, SoakConfig, plan_requests
+
+METRICS_TEXT = """\
+# HELP ninfer:num_requests_running Number of requests holding a sequence slot.
+# TYPE ninfer:num_requests_running gauge
+ninfer:num_requests_running 2.0
+# TYPE ninfer:requests_rejected_total counter
+ninfer:requests_rejected_total{reason="queue_full"} 3.0
+ninfer:requests_rejected_total{reason="context_length"} 1.0
+# TYPE ninfer:time_to_first_token_seconds histogram
+ninfer:time_to_first_token_seconds_bucket{le="0.1"} 1.0
+ninfer:time_to_first_token_seconds_bucket{le="+Inf"} 2.0
+ninfer:time_to_first_token_seconds_sum 0.5
+ninfer:time_to_first_token_seconds_count 2.0
+"""
+
+
+@pytest.mark.unit
+def test_metrics_lookup_by_name_and_labels():
+    m = parse_metrics(METRICS_TEXT)
+    assert m.value("ninfer:num_requests_running") == 2
+    assert m.value("ninfer:requests_rejected_total") == 4
+    assert m.value("ninfer:requests_rejected_total", reason="queue_full") == 3
+    assert m.value("ninfer:time_to_first_token_seconds_count") == 2
+    with pytest.raises(MetricsError, match="no 'ninfer:kv_blocks_used'"):
+        m.value("ninfer:kv_blocks_used")
+
+
+@pytest.mark.unit
+def test_rss_rule_and_reading():
+    assert rss_flat(100 * MIB, 110 * MIB + 16 * MIB)
+    assert not rss_flat(100 * MIB, 110 * MIB + 16 * MIB + 1)
+    import os
+
+    assert rss_bytes(os.getpid()) > MIB
+
+
+@pytest.mark.unit
+def test_rate_in_window_and_sse_payloads():
+    times = [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert rate_in_window(times, 0.0, 0.4) == pytest.approx(10.0)
+    assert rate_in_window(times, 0.15, 0.25) is None  # one token is not a rate
+    assert rate_in_window(times, 0.4, 0.4) is None
+    lines = ["data: {\"a\": 1}", "", ": comment", "data:[DONE]", ""]
+    assert list(sse_data(lines)) == ['{"a": 1}', "[DONE]"]
+
+
+@pytest.mark.unit
+def test_soak_plan_is_seeded_and_fits_the_context():
+    cfg = SoakConfig(requests=300, seed=7, disconnect_rate=0.3, max_tokens_range=(1, 64),
+                     prompt_len_range=(1, 400))
+    plan = plan_requests(cfg, vocab_size=500, max_model_len=256,
+                         chat_cost=ChatCost(overhead=20, per_word=3))
+    assert plan == plan_requests(cfg, 500, 256, ChatCost(overhead=20, per_word=3))
+    assert plan != plan_requests(SoakConfig(requests=300, seed=8), 500, 256)
+    hangups = [r for r in plan if r.disconnect_after is not None]
+    assert 0.2 < len(hangups) / len(plan) < 0.4
+    for r in hangups:  # they stream, and hang up before the reply can end
+        assert r.stream and r.body["ignore_eos"] and r.disconnect_after < r.max_tokens
+    for r in plan:
+        if "prompt" in r.body:
+            assert all(0 <= t < 500 for t in r.body["prompt"])
+            assert len(r.body["prompt"]) + r.max_tokens <= 256
+        else:
+            words = len(r.body["messages"][0]["content"].split())
+            assert 20 + 3 * words + r.max_tokens <= 256
+    assert {r.route for r in plan} == {"/v1/completions", "/v1/chat/completions"}
+    assert {r.stream for r in plan} == {True, False}
+
+
+@pytest.mark.e2e
+def test_soak_answers_everything_and_leaks_no_blocks(qwen3_model, tmp_path):
+    out = tmp_path / "soak.json"
+    r = CliRunner().invoke(bench_main, [
+        "soak", str(qwen3_model.out_dir), "--requests", "24", "--concurrency", "4",
+        "--disconnect-rate", "0.25", "--max-tokens-range", "1,16",
+        "--prompt-len-range", "1,100", "--seed", "3", "--threads", "2",
+        "--json", str(out)])
+    res = json.loads(out.read_text()) if out.exists() else {}
+    assert r.exit_code == 0, r.output
+    assert res["failed"] == 0 and res["failures"] == []
+    assert res["drained"] and res["kv_blocks_used"] == 0
+    assert res["disconnected"] > 0 and res["completed"] + res["disconnected"] == 24
+    assert res["rss_flat"] is True
+
+
+@pytest.mark.e2e
+def test_serving_benchmark_runs(qwen3_model, tmp_path):
+    out = tmp_path / "serving.json"
+    r = CliRunner().invoke(bench_main, [
+        "serving", str(qwen3_model.out_dir), "--levels", "1,2", "--repeats", "1",
+        "--decode-tokens", "32", "--threads", "2", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    res = json.loads(out.read_text())
+    assert res["fairness"]["b_prompt_tokens"] == 8 * res["fairness"]["prefill_chunk"]
+    assert res["fairness"]["solo_tps"] > 0
+    assert [s["concurrency"] for s in res["scaling"]] == [1, 2]
+    assert res["scaling"][0]["ratio"] == 1.0
+
+
+@pytest.mark.e2e
+def test_soak_reports_failed_requests(qwen3_model, tmp_path):
+    out = tmp_path / "soak.json"  # token ids past the vocabulary: every request gets 400
+    r = CliRunner().invoke(bench_main, [
+        "soak", str(qwen3_model.out_dir), "--requests", "4", "--concurrency", "2",
+        "--chat-rate", "0", "--vocab-size", "1000000", "--prompt-len-range", "50,60",
+        "--threads", "2", "--json", str(out)])
+    assert r.exit_code == 1, r.output
+    res = json.loads(out.read_text())
+    assert res["failed"] == 4 and res["statuses"] == {"400": 4} and not res["passed"]
+    assert "HTTP 400" in res["failures"][0]
