@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "metrics.h"
 #include "request_log.h"
@@ -56,11 +57,12 @@ bool RequestState::started() {
 }
 
 void RequestState::push(GenerationEvent ev) {
+  const bool wake = ev.kind != GenerationEvent::Kind::kText || wake_per_token.load();
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(ev));
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
 }
 
 void RequestState::mark_started() {
@@ -132,7 +134,8 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
                          ? std::min(options.context_limit, model.info().max_context)
                          : model.info().max_context),
       max_positions_(0), max_pending_(options.max_pending),
-      pending_timeout_ms_(options.pending_timeout_ms), metrics_(options.metrics),
+      pending_timeout_ms_(options.pending_timeout_ms),
+      max_decode_slowdown_(options.max_decode_slowdown), metrics_(options.metrics),
       log_(options.request_log), sched_(sched_config_) {
   const ModelInfo& info = model.info();
   max_positions_ = sched_.max_positions();
@@ -274,7 +277,7 @@ void Engine::loop() {
       publish();
       continue;
     }
-    StepPlan plan = sched_.plan();
+    StepPlan plan = sched_.plan(prefill_limit());
     const double now = now_ms();
     for (Sequence* p : plan.admitted) {
       Seq& s = static_cast<Seq&>(*p);
@@ -344,6 +347,14 @@ void Engine::reap(double now) {
   }
 }
 
+int Engine::prefill_limit() const {
+  if (max_decode_slowdown_ <= 1 || decode_step_ms_ <= 0 || prompt_row_ms_ <= 0)
+    return std::numeric_limits<int>::max();
+  const double rows = (max_decode_slowdown_ - 1) * decode_step_ms_ / prompt_row_ms_;
+  return rows >= sched_config_.step_tokens ? std::numeric_limits<int>::max()
+                                           : std::max(1, static_cast<int>(rows));
+}
+
 void Engine::run_step(StepPlan& plan) {
   const ModelInfo& info = model_.info();
   int row = 0, n_logits = 0;
@@ -364,6 +375,7 @@ void Engine::run_step(StepPlan& plan) {
   batch.block_tables = block_tables_.data();
   batch.n_logits = n_logits;
   batch.logit_rows = logit_rows_.data();
+  const double t0 = now_ms();
   try {
     model_.step(batch, logits_.data());
   } catch (const std::exception& e) {
@@ -371,6 +383,17 @@ void Engine::run_step(StepPlan& plan) {
     for (const Chunk& c : plan.chunks)
       fail(static_cast<Seq&>(*c.seq), std::string("model step failed: ") + e.what(), "", now);
     return;
+  }
+  {
+    const double ms = now_ms() - t0;
+    int single = 0;  // decode rows (and last prompt tokens): one row per sequence
+    for (const Chunk& c : plan.chunks) single += c.count == 1;
+    const int prompt_rows = plan.rows - single;
+    auto ema = [](double& avg, double x) { avg = avg > 0 ? 0.75 * avg + 0.25 * x : x; };
+    if (prompt_rows == 0)
+      ema(decode_step_ms_, ms);
+    else if (single > 0 && decode_step_ms_ > 0)
+      ema(prompt_row_ms_, std::max(1e-3, ms - decode_step_ms_) / prompt_rows);
   }
   sched_.commit(plan);
   if (metrics_) metrics_->observe_step_tokens(plan.rows);

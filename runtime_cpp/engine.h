@@ -92,6 +92,9 @@ class RequestState {
 
   const GenerationRequest request;
   std::atomic<bool> cancelled{false};
+  // A consumer that only needs the final result (non-streaming) is woken for kDone and
+  // kError only, not for every token: fewer context switches on a busy machine.
+  std::atomic<bool> wake_per_token{true};
   double submitted_ms = 0;
 
  private:
@@ -108,6 +111,9 @@ struct EngineOptions {
   int step_tokens = 0;            // rows per step (--prefill-chunk); 0: compiled
   int max_pending = 64;           // requests waiting for a slot; 0: unbounded
   double pending_timeout_ms = 0;  // a request not admitted within this fails; 0: never
+  // While requests decode, a step's prompt rows are limited so that the step takes at
+  // most this many times a decode-only step (both measured online); 0: no limit.
+  double max_decode_slowdown = 1.75;
   Metrics* metrics = nullptr;         // optional
   RequestLog* request_log = nullptr;  // optional
 };
@@ -148,6 +154,7 @@ class Engine {
   int max_positions_;
   int max_pending_;
   double pending_timeout_ms_;
+  double max_decode_slowdown_;
   Metrics* metrics_;
   RequestLog* log_;
 
@@ -156,6 +163,10 @@ class Engine {
   std::vector<std::unique_ptr<Seq>> seqs_;
   std::vector<float> logits_;
   std::vector<int32_t> tokens_, positions_, slots_, block_tables_, logit_rows_;
+  // Step cost model for max_decode_slowdown: a decode-only step, and each prompt row
+  // on top of one (exponential moving averages of measured step times).
+  double decode_step_ms_ = 0, prompt_row_ms_ = 0;
+  int prefill_limit() const;
 
   std::mutex mu_;  // guards the fields below
   std::condition_variable cv_;

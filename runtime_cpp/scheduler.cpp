@@ -66,7 +66,7 @@ void Scheduler::preempt(Sequence* seq, StepPlan& plan, int& budget) {
   plan.preempted.push_back(seq);
 }
 
-StepPlan Scheduler::plan() {
+StepPlan Scheduler::plan(int prefill_limit) {
   StepPlan plan;
   int budget = config_.step_tokens;
   ++step_;
@@ -104,6 +104,9 @@ StepPlan Scheduler::plan() {
     }
     if (!self_preempted) add_chunk(s, 1);
   }
+
+  // Decode rows keep their pace: prompt rows are capped while anything decodes.
+  if (plan.rows > 0 && prefill_limit < budget) budget = std::max(1, prefill_limit);
 
   // 2. Prompt chunks of running sequences still prefilling, oldest first. Their blocks
   // were allocated at admission.

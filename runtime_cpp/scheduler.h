@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <vector>
 
 #include "kv_blocks.h"
@@ -66,7 +67,9 @@ class Scheduler {
   // Drops a sequence wherever it is, freeing its slot and blocks.
   void remove(Sequence* seq);
   // Plans the next step; may admit and preempt. Empty when there is nothing to run.
-  StepPlan plan();
+  // `prefill_limit` caps the prompt rows of a step that also has decode rows (at least
+  // one prompt row still goes in, so prefill always progresses).
+  StepPlan plan(int prefill_limit = std::numeric_limits<int>::max());
   // Records that the planned rows were computed (call after the model step).
   void commit(const StepPlan& plan);
   // [table_rows x blocks_per_seq] block ids of the running sequences, by slot.

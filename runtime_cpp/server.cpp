@@ -57,6 +57,7 @@ struct Options {
   int prefill_chunk = 0;        // 0: compiled
   int max_pending = 64;         // 0: unbounded
   int pending_timeout_ms = 0;   // 0: none
+  double max_decode_slowdown = 1.75;
   std::string request_log;
   std::string artifact;
   bool verify_checksums = true;
@@ -68,7 +69,8 @@ const char* kUsage =
     "usage: ninfer-server [--host H] [--port P] [--threads N] [--max-context N]\n"
     "                     [--max-concurrency N] [--prefill-chunk N]\n"
     "                     [--max-pending-requests N] [--pending-timeout-ms MS]\n"
-    "                     [--request-log FILE] [--artifact FILE] [--no-verify-checksums]\n"
+    "                     [--max-decode-slowdown X] [--request-log FILE]\n"
+    "                     [--artifact FILE] [--no-verify-checksums]\n"
     "                     [--allow-more-sms] [--no-cuda-graph]\n"
     "  --port 0 picks a free port and prints it.\n"
     "  --max-concurrency N       requests running at once (default and maximum: compiled)\n"
@@ -77,6 +79,9 @@ const char* kUsage =
     "  --max-pending-requests N  requests that may wait for a slot; more get 429\n"
     "                            (default 64, 0 = unbounded)\n"
     "  --pending-timeout-ms MS   a request waiting longer gets 503 (default 0 = never)\n"
+    "  --max-decode-slowdown X   while requests decode, prompt rows per step are limited so\n"
+    "                            a step takes at most X times a decode-only step (default\n"
+    "                            1.75, 0 = no limit: prompts take the whole step budget)\n"
     "  --request-log FILE        append one JSON line per request event\n"
     "  --no-cuda-graph           CUDA: launch every kernel of a step eagerly instead of\n"
     "                            replaying the step's CUDA graph (no effect on the CPU)\n"
@@ -112,6 +117,14 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--prefill-chunk") o.prefill_chunk = positive(i);
     else if (a == "--max-pending-requests") o.max_pending = integer(i);
     else if (a == "--pending-timeout-ms") o.pending_timeout_ms = integer(i);
+    else if (a == "--max-decode-slowdown") {
+      const std::string v = value(i);
+      char* end = nullptr;
+      o.max_decode_slowdown = std::strtod(v.c_str(), &end);
+      if (*end || v.empty() || !(o.max_decode_slowdown == 0 || o.max_decode_slowdown > 1))
+        throw std::invalid_argument("--max-decode-slowdown expects 0 or a number above 1, got '" +
+                                    v + "'");
+    }
     else if (a == "--request-log") o.request_log = value(i);
     else if (a == "--artifact") o.artifact = value(i);
     else if (a == "--no-verify-checksums") o.verify_checksums = false;
@@ -328,6 +341,7 @@ struct Server {
                         r.model, is_chat};
     g.id = ctx.id;
     auto state = submit(std::move(g), res, is_chat);
+    state->wake_per_token = r.stream;
     auto watch = std::make_shared<ClientWatch>(req);
 
     // Until admitted nothing is sent, so a refusal while queued keeps its own status.
@@ -499,6 +513,7 @@ int run(int argc, char** argv) {
   eo.step_tokens = opt.prefill_chunk;
   eo.max_pending = opt.max_pending;
   eo.pending_timeout_ms = opt.pending_timeout_ms;
+  eo.max_decode_slowdown = opt.max_decode_slowdown;
   eo.metrics = &metrics;
   eo.request_log = request_log.get();
   Engine engine(*model, tokenizer, m.at("eos_token_ids").get<std::vector<int32_t>>(), eo);

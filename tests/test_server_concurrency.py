@@ -9,6 +9,7 @@ test_scheduler_native.py.
 
 from __future__ import annotations
 
+import itertools
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -82,7 +83,7 @@ def test_four_mixed_streams_are_batched_and_equal_to_solo(batching):
         done = {e["id"]: e["time"] for e in events if e["event"] == "done"}
         assert set(start) == set(done) and len(start) == 4
         ids = sorted(start, key=start.get)
-        overlapped += sum(start[b] < done[a] for a, b in zip(ids, ids[1:], strict=False))
+        overlapped += sum(start[b] < done[a] for a, b in itertools.pairwise(ids))
         if overlapped:
             break
     assert overlapped, "the four requests never ran at the same time"

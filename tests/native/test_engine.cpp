@@ -209,6 +209,34 @@ void test_scheduler() {
     CHECK(b_chunks == 6 && seqs[1].num_computed == 18);
   }
 
+  // A prefill limit caps prompt rows only while something decodes (at least one row,
+  // so the prompt still progresses); alone, a prompt takes the whole budget.
+  {
+    SchedulerConfig cfg{2, 2, /*step_tokens=*/8, /*kv_blocks=*/65, /*block_size=*/4,
+                        /*blocks_per_seq=*/16};
+    Scheduler sc(cfg);
+    auto seqs = make_seqs({{20, 40}, {30, 40}});
+    sc.add(&seqs[0]);
+    StepPlan p = sc.plan(/*prefill_limit=*/2);
+    CHECK(p.rows == 8);  // nothing decodes yet: the limit does not apply
+    sc.commit(p);
+    for (int step = 0; step < 3; ++step) {  // finish A's prompt alone
+      p = sc.plan(2);
+      sc.commit(p);
+    }
+    CHECK(seqs[0].pending() == 0);
+    seqs[0].tokens.push_back(1);
+    sc.add(&seqs[1]);
+    for (int limit : {3, 0, 1}) {
+      p = sc.plan(limit);
+      check_plan(sc, p);
+      CHECK(p.chunks[0].seq == &seqs[0] && p.chunks[0].count == 1);
+      CHECK(p.rows == 1 + std::max(1, limit));
+      sc.commit(p);
+      seqs[0].tokens.push_back(2);
+    }
+  }
+
   // Preemption: a pool far too small for everyone at once; all finish, none starve,
   // and the youngest is the one sent back.
   {
