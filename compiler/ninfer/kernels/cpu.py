@@ -14,13 +14,22 @@ from pathlib import Path
 import tvm
 from tvm import tirx
 
-from . import cpu_attention, cpu_elementwise, cpu_matmul
-from .spec import KernelSpec
+from ..quant import format_info
+from . import cpu_attention, cpu_elementwise, cpu_matmul, cpu_qmatmul
+from .spec import KernelSpec, MatmulSpec
+
+
+def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
+    """Float weights (float32, f16, bf16): cpu_matmul; group-quantized: cpu_qmatmul."""
+    if format_info(spec.wdtype).quantized:
+        return cpu_qmatmul.qmatmul(spec)
+    return cpu_matmul.matmul(spec)
+
 
 _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "embedding": cpu_elementwise.embedding,
     "rmsnorm": cpu_elementwise.rmsnorm,
-    "matmul": cpu_matmul.matmul,
+    "matmul": _matmul,
     "rope": cpu_elementwise.rope,
     "silu_mul": cpu_elementwise.silu_mul,
     "add": cpu_elementwise.add,

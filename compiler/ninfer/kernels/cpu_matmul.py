@@ -15,6 +15,11 @@ horizontally at the end. This needs no packing or transposition of w.
 Leftovers are handled by narrower loops: rows that do not fill an MR tile run the 1-row
 micro-kernel, columns that do not fill an NR tile run a 1-column one, and k % VECTOR_LANES
 trailing products are added by a scalar loop.
+
+16-bit float weights (f16: IEEE half, converted by vcvtph2ps; bf16: stored as uint16 bits,
+widened and shifted into the top half of a float32) are converted in registers as they
+are loaded; everything else is the float32 kernel. Group-quantized formats are in
+cpu_qmatmul.py.
 """
 
 from __future__ import annotations
@@ -54,8 +59,26 @@ def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
     return _matmul(spec, tiles)
 
 
+# Storage dtype of the weight buffer per float weight format (ninfer.quant layouts).
+_W_STORAGE = {"float32": F32, "f16": "float16", "bf16": "uint16"}
+
+
+def _weight(w: tirx.Buffer, wdtype: str, j: tirx.PrimExpr, k: tirx.PrimExpr) -> tirx.PrimExpr:
+    """w[j, k] as float32."""
+    if wdtype == "f16":
+        return tirx.Cast(F32, w[j, k])
+    if wdtype == "bf16":
+        bits = tirx.Cast("uint32", w[j, k]) << tirx.const(16, "uint32")
+        return tirx.reinterpret(F32, bits)
+    return w[j, k]
+
+
 def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
     K, N, has_bias = spec.k, spec.n_out, spec.bias
+    WD = spec.wdtype
+    if WD not in _W_STORAGE:
+        raise ValueError(f"cpu_matmul: no float kernel for weight format {WD!r}")
+    WS = _W_STORAGE[WD]
     MR, NR = tl.mr, tl.nr
     KV = K // VW  # full k vectors
     K0 = KV * VW  # start of the scalar k tail
@@ -83,7 +106,8 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
                 for c in T.unroll(C):
                     for v in T.vectorized(VW):
                         acc[r, c, v] = acc[r, c, v] + (
-                            x[i0 + r, (kv0 + kv) * VW + v] * w[j0 + c, (kv0 + kv) * VW + v]
+                            x[i0 + r, (kv0 + kv) * VW + v]
+                            * _weight(w, WD, j0 + c, (kv0 + kv) * VW + v)
                         )
         for r in T.unroll(R):
             for c in T.unroll(C):
@@ -99,7 +123,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
                 else:
                     out[i, j] = f32(0.0)
                 for t in range(KT):
-                    out[i, j] = out[i, j] + x[i, K0 + t] * w[j, K0 + t]
+                    out[i, j] = out[i, j] + x[i, K0 + t] * _weight(w, WD, j, K0 + t)
 
     @T.macro
     def gemv_body(x, w, bias, out, n):
@@ -154,7 +178,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
             T.func_attr({"tirx.noalias": True})
             n = T.int64()
             x = T.match_buffer(x_h, (n, i64(K)), F32)
-            w = T.match_buffer(w_h, (i64(N), i64(K)), F32)
+            w = T.match_buffer(w_h, (i64(N), i64(K)), WS)
             bias = T.match_buffer(b_h, (i64(N),), F32)
             out = T.match_buffer(o_h, (n, i64(N)), F32)
             body(x, w, bias, out, n)
@@ -166,7 +190,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
             T.func_attr({"tirx.noalias": True})
             n = T.int64()
             x = T.match_buffer(x_h, (n, i64(K)), F32)
-            w = T.match_buffer(w_h, (i64(N), i64(K)), F32)
+            w = T.match_buffer(w_h, (i64(N), i64(K)), WS)
             out = T.match_buffer(o_h, (n, i64(N)), F32)
             body(x, w, None, out, n)
 

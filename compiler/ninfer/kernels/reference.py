@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import quant
 from .spec import (
     AddSpec,
     AttentionSpec,
@@ -36,10 +37,16 @@ def rmsnorm(spec: RMSNormSpec, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + spec.eps) * _f64(w)
 
 
-def matmul(spec: MatmulSpec, x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
-    out = _f64(x) @ _f64(w).T
+def matmul(spec: MatmulSpec, x: np.ndarray, *weight_and_bias: np.ndarray) -> np.ndarray:
+    """x @ w.T (+ bias) with w dequantized from its parts (quant.dequantize); for
+    group-quantized formats x is first rounded as the kernels round it
+    (quant.activation_roundtrip), so the kernels match this up to float32 rounding."""
+    layout = quant.part_layout(spec.wdtype, spec.n_out, spec.k)
+    parts = {name: arr for (name, _, _), arr in zip(layout, weight_and_bias, strict=False)}
+    w = quant.dequantize(parts, spec.wdtype, spec.k)
+    out = _f64(quant.activation_roundtrip(x, spec.wdtype)) @ _f64(w).T
     if spec.bias:
-        out += _f64(bias[0])
+        out += _f64(weight_and_bias[len(layout)])
     return out
 
 

@@ -12,13 +12,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from ..quant import WEIGHT_FORMATS, check_k, part_layout
+
 Dim = int | str
 ArgKind = Literal["tensor", "scalar"]
 
-# Weight formats a spec may name. Only float32 has kernels so far; f16 and group-quantized
-# integer formats get added here together with their kernels.
-WEIGHT_DTYPES = ("float32",)
-_DTYPE_CODES = {"float32": "f32"}
+# Weight formats a matmul spec may name (layouts: ninfer.quant). The code is the name's
+# suffix; it must stay a C identifier fragment and unique per format.
+WEIGHT_DTYPES = WEIGHT_FORMATS
+_DTYPE_CODES = {
+    "float32": "f32",
+    "f16": "f16",
+    "bf16": "bf16",
+    "q8g32": "q8g32",
+    "q4g64": "q4g64",
+    "q4g128": "q4g128",
+}
+assert set(_DTYPE_CODES) == set(WEIGHT_DTYPES)
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,11 @@ class EmbeddingSpec:
 
     def __post_init__(self) -> None:
         _require_positive(self, "vocab", "hidden")
-        _require_wdtype(self, self.wdtype)
+        if self.wdtype != "float32":
+            raise ValueError(
+                f"EmbeddingSpec: weight dtype {self.wdtype!r} has no kernels yet; "
+                "supported: float32"
+            )
 
     def name(self) -> str:
         return f"embedding_v{self.vocab}_h{self.hidden}_{_DTYPE_CODES[self.wdtype]}"
@@ -111,7 +125,10 @@ class MatmulSpec:
     """out = x @ w.T (+ bias); w is stored [n_out, k] as in Hugging Face checkpoints.
 
     `schedule` picks the loop structure: "gemv" for a handful of rows (decode),
-    "gemm" for prefill chunks. Both are correct for any n >= 1.
+    "gemm" for prefill chunks. Both are correct for any n >= 1, and give a row bitwise
+    the same result. `wdtype` is the weight format (ninfer.quant): float32, f16, bf16, or
+    group-quantized q8g32 / q4g64 / q4g128 (k a multiple of the group; the kernels then
+    also round x to int8 per group, see quant.quantize_activations).
     """
 
     family: ClassVar[str] = "matmul"
@@ -124,6 +141,7 @@ class MatmulSpec:
     def __post_init__(self) -> None:
         _require_positive(self, "k", "n_out")
         _require_wdtype(self, self.wdtype)
+        check_k(self.wdtype, self.k)
         if self.schedule not in ("gemv", "gemm"):
             raise ValueError(f"MatmulSpec.schedule must be 'gemv' or 'gemm', got {self.schedule!r}")
 
@@ -133,10 +151,11 @@ class MatmulSpec:
         return f"matmul_k{self.k}_n{self.n_out}_{code}{bias}_{self.schedule}"
 
     def signature(self) -> list[Arg]:
-        args = [
-            _tensor("x", "float32", "n", self.k),
-            _tensor("w", self.wdtype, self.n_out, self.k),
-        ]
+        # The weight's parts in ninfer.quant.part_layout order: "w" for float formats,
+        # "w_q", "w_scales" for group-quantized ones.
+        args = [_tensor("x", "float32", "n", self.k)]
+        for part, dtype, shape in part_layout(self.wdtype, self.n_out, self.k):
+            args.append(_tensor("w" if part == "w" else f"w_{part}", dtype, *shape))
         if self.bias:
             args.append(_tensor("bias", "float32", self.n_out))
         args.append(_tensor("out", "float32", "n", self.n_out))

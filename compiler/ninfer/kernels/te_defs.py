@@ -78,6 +78,11 @@ def rmsnorm(spec: RMSNormSpec) -> tirx.PrimFunc:
 
 def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
     """out[i, j] = sum_k x[i, k] * w[j, k] (+ bias[j]); the product is block "matmul"."""
+    if spec.wdtype != "float32":
+        raise NotImplementedError(
+            f"{spec.name()}: weight format {spec.wdtype} has CPU kernels only (cpu_matmul, "
+            "cpu_qmatmul); the TE/CUDA matmul takes float32 weights"
+        )
     n, K, N = _tokens(), i64(spec.k), i64(spec.n_out)
     x = te.placeholder((n, K), F32, "x")
     w = te.placeholder((N, K), spec.wdtype, "w")

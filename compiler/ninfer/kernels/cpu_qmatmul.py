@@ -1,0 +1,341 @@
+"""CPU matmul out = x @ dequant(w).T (+ bias) for group-quantized weights (q8gG, q4gG).
+
+The weight layout is `ninfer.quant`'s: per row, groups of G weights along k with one
+float16 scale d; q8 stores int8 q, q4 stores two offset-binary nibbles per byte (low
+nibble = even k). Dequantizing to float32 for FMAs costs a widening, a conversion and an
+FMA per 8 weights (plus the nibble unpack), which on this AVX2 machine runs at ~1/4 of
+memory speed for q4. Instead, as in llama.cpp, the activations are quantized too and each
+group is an exact integer dot product, 32 multiply-adds per instruction:
+
+1. Before the parallel loop (gemv: serially; gemm: parallel over rows), every row of x is
+   cut into the same groups of G and rounded to int8 with one float32 scale
+   dx = max|x| / 127 per group (numpy model: `quant.quantize_activations`), into
+   workspace buffers. For q4 the int8 values of every 64-long chunk of k are stored evens
+   first, then odds, to line up with the low and high nibbles of 32 weight bytes, and
+   each group's offset correction -8 * sum(xq) is kept (as float); for q8, |xq| is kept.
+2. Group dot products with AVX2 integer instructions (LLVM intrinsics called from TIR):
+   - q4: 32 weight bytes -> lo = b & 15, hi = b >> 4 (the unsigned nibble q + 8);
+     vpmaddubsw(lo, xq_even) + vpmaddubsw(hi, xq_odd) [+ the same for the next 64 k of
+     a 128 group] -> 16 x int16 (at most 8 * 15 * 127 = 15240: no saturation), then
+     vpmaddwd with ones -> 8 x int32.
+   - q8: vpmaddubsw(|xq|, vpsignb(q, xq)) -> 16 x int16 (at most 2 * 127 * 127 < 2^15),
+     vpmaddwd with ones -> 8 x int32.
+3. Per k block of K_BLOCK (groups g0..): acc (8 float lanes) starts as the q4 offset
+   corrections sum over the block's groups of d * dx * (-8 * sum xq), 8 groups per
+   vector; then acc += float(dot) * (d * dx) group after group, and the lanes of acc are
+   added into out, block after block.
+
+Schedules. gemv: one task per (weight row, x row), x rows innermost; a task streams its
+weight row front to back and prefetches PREFETCH_BYTES ahead in the weight array (rows
+are short, e.g. 2 KB for q4 at k = 4096, and the hardware prefetchers alone lose time at
+every row start); the row's d * dx are computed first, 8 per vcvtph2ps + vmulps, and read
+back by vbroadcastss. gemm: MR x NR tiles, k blocks, row blocks, parallel over column
+panels, as in cpu_matmul.py. Both perform exactly the operations above in the same order
+for every (row, column), so a row's result is bitwise the same in either schedule and
+whatever the other rows are (batch invariance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import tirx
+from tvm.script import tirx as T
+from tvm.script.ir_builder import tirx as irb
+
+from ..quant import check_k, format_info
+from .cpu_common import F32, f32, hmax, hsum, i64, prefetch, scratch
+from .spec import MatmulSpec
+
+LANES = 8  # int32 / float32 lanes of a ymm register
+BYTES = 32  # int8 lanes of a ymm register
+
+# k values per block whose lane sums are added into out (multiple of every group size).
+K_BLOCK = 1024
+# gemv: each task prefetches the weight array this many bytes ahead of what it reads
+# (2-8 KB measured alike; none: ~20% slower on q4 at k = 4096).
+PREFETCH_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class QTiles:
+    mr: int  # rows of x per micro-kernel
+    nr: int  # weight rows (output columns) per micro-kernel
+    mb: int  # rows of x per cache block (multiple of mr)
+    panels: int  # desired number of column panels (0: one task per column tile)
+
+
+GEMV_TILES = QTiles(mr=1, nr=1, mb=1, panels=0)
+GEMM_TILES = QTiles(mr=4, nr=2, mb=32, panels=16)
+
+
+def _llvm(dtype: str, name: str, *args: tirx.PrimExpr) -> tirx.PrimExpr:
+    return tirx.call_llvm_pure_intrin(dtype, name, *args)
+
+
+def _maddubs(u8: tirx.PrimExpr, s8: tirx.PrimExpr) -> tirx.PrimExpr:
+    """vpmaddubsw: 16 x int16 = u8[2i] * s8[2i] + u8[2i+1] * s8[2i+1] (saturating)."""
+    return _llvm("int16x16", "llvm.x86.avx2.pmadd.ub.sw", u8, s8)
+
+
+def _maddwd(a: tirx.PrimExpr) -> tirx.PrimExpr:
+    """vpmaddwd with ones: 8 x int32 = a[2i] + a[2i+1]."""
+    ones = tirx.Broadcast(tirx.const(1, "int16"), 16)
+    return _llvm("int32x8", "llvm.x86.avx2.pmadd.wd", a, ones)
+
+
+def _psignb(a: tirx.PrimExpr, b: tirx.PrimExpr) -> tirx.PrimExpr:
+    """vpsignb: a * sign(b) per int8 lane (0 where b == 0)."""
+    return _llvm("int8x32", "llvm.x86.avx2.psign.b", a, b)
+
+
+def _vec(base: tirx.PrimExpr, lanes: int) -> tirx.Ramp:
+    return tirx.Ramp(base, i64(1), lanes)
+
+
+def qmatmul(spec: MatmulSpec) -> tirx.PrimFunc:
+    tiles = GEMV_TILES if spec.schedule == "gemv" else GEMM_TILES
+    return _qmatmul(spec, tiles)
+
+
+def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
+    info = format_info(spec.wdtype)
+    if not info.quantized or info.bits not in (4, 8):
+        raise ValueError(f"cpu_qmatmul: {spec.wdtype} is not a group-quantized format")
+    K, N, has_bias = spec.k, spec.n_out, spec.bias
+    check_k(spec.wdtype, K)
+    G = info.group
+    Q4 = info.bits == 4
+    if Q4 and G % 64:
+        raise ValueError(f"cpu_qmatmul: q4 groups must be multiples of 64, got {G}")
+    if not Q4 and G != BYTES:
+        raise ValueError(f"cpu_qmatmul: q8 groups must be {BYTES} long, got {G}")
+    NG = K // G  # groups per row
+    GB = K_BLOCK // G  # groups per k block
+    NKB = -(-NG // GB)
+    KQ = K // 2 if Q4 else K  # bytes of q per row
+    GQ = KQ // NG  # bytes of q per group
+    QDT = "uint8" if Q4 else "int8"
+    MR, NR, MB = tl.mr, tl.nr, tl.mb
+    NJB = N // NR
+    N0 = NJB * NR
+    G_PANEL = max(1, min(64, -(-NJB // tl.panels))) if tl.panels else 1
+    NP = -(-NJB // G_PANEL)
+
+    def group_dot(q, xq, xa, i, j, g):
+        """int32x8 whose lanes sum to the exact integer dot of group g (row i, column j)."""
+        if Q4:
+            acc = None
+            for c in range(G // 64):
+                wb = q[j, _vec(g * (G // 2) + c * BYTES, BYTES)]
+                lo = wb & tirx.Broadcast(tirx.const(15, "uint8"), BYTES)
+                hi = wb >> tirx.Broadcast(tirx.const(4, "uint8"), BYTES)
+                xe = xq[i, _vec(g * G + c * 64, BYTES)]
+                xo = xq[i, _vec(g * G + c * 64 + BYTES, BYTES)]
+                p = _maddubs(lo, xe) + _maddubs(hi, xo)
+                acc = p if acc is None else acc + p
+            return _maddwd(acc)
+        wb = q[j, _vec(g * G, BYTES)]
+        ws = _psignb(wb, xq[i, _vec(g * G, BYTES)])
+        return _maddwd(_maddubs(xa[i, _vec(g * G, BYTES)], ws))
+
+    @T.macro
+    def quantize_row(x, xq, xa, xs, xc, i):
+        # row i of x -> xq (and |xq| or the q4 corrections), dx per group
+        for g in range(NG):
+            m8 = scratch((LANES,))
+            for v in T.vectorized(LANES):
+                m8[v] = f32(0.0)
+            for t in range(G // LANES):
+                for v in T.vectorized(LANES):
+                    m8[v] = T.max(m8[v], T.fabs(x[i, g * G + t * LANES + v]))
+            amax = T.bind(hmax(m8))
+            xs[i, g] = amax / f32(127.0)
+            inv = T.bind(T.if_then_else(amax > f32(0.0), f32(127.0) / amax, f32(0.0)))
+            if Q4:
+                for c in range(G // 64):
+                    for h in range(2):
+                        for t in range(BYTES // LANES):
+                            for v in T.vectorized(LANES):
+                                xq[i, g * G + c * 64 + h * BYTES + t * LANES + v] = T.Cast(
+                                    "int8",
+                                    T.nearbyint(
+                                        x[i, g * G + c * 64 + (t * LANES + v) * 2 + h] * inv
+                                    ),
+                                )
+                s8 = scratch((LANES,), "int32")
+                for v in T.vectorized(LANES):
+                    s8[v] = 0
+                for t in range(G // LANES):
+                    for v in T.vectorized(LANES):
+                        s8[v] = s8[v] + T.Cast("int32", xq[i, g * G + t * LANES + v])
+                xc[i, g] = T.Cast(F32, hsum(s8) * -8)
+            else:
+                for t in range(G // LANES):
+                    for v in T.vectorized(LANES):
+                        xq[i, g * G + t * LANES + v] = T.Cast(
+                            "int8", T.nearbyint(x[i, g * G + t * LANES + v] * inv)
+                        )
+                for t in range(G // LANES):
+                    for v in T.vectorized(LANES):
+                        xa[i, g * G + t * LANES + v] = T.Cast(
+                            "int8", T.abs(xq[i, g * G + t * LANES + v])
+                        )
+
+    @T.macro
+    def quantize_x(x, xq, xa, xs, xc, n):
+        # Before the matmul's parallel loop. gemv (a few rows): serially on the calling
+        # thread, which is cheaper than another parallel launch; gemm: parallel over rows.
+        if MR > 1:
+            for i in T.parallel(n):
+                quantize_row(x, xq, xa, xs, xc, i)
+        else:
+            for i in range(n):
+                quantize_row(x, xq, xa, xs, xc, i)
+
+    @T.macro
+    def fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C):
+        # sg[r, c, g] = d * dx for the groups g0 .. g0+gn-1, 8 per vcvtph2ps + vmulps
+        for r in T.unroll(R):
+            for c in T.unroll(C):
+                for b in range(gn // LANES):
+                    for v in T.vectorized(LANES):
+                        sg[r, c, g0 + b * LANES + v] = (
+                            T.Cast(F32, sc[j0 + c, g0 + b * LANES + v])
+                            * xs[i0 + r, g0 + b * LANES + v]
+                        )
+                for g in range(gn // LANES * LANES, gn):
+                    sg[r, c, g0 + g] = T.Cast(F32, sc[j0 + c, g0 + g]) * xs[i0 + r, g0 + g]
+
+    @T.macro
+    def micro(q, sc, xq, xa, xs, xc, out, acc, sg, i0, j0, g0, gn, R, C, PF, FILL):
+        # out[i0:i0+R, j0:j0+C] += the groups g0 .. g0+gn-1 of k (one k block).
+        # 1. sg[r, c, g] = d * dx (FILL > 0: made here; else the caller has made them);
+        #    for q4 the groups' offset corrections d * dx * (-8 * sum xq) go into acc.
+        if FILL > 0:
+            fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C)
+        for r in T.unroll(R):
+            for c in T.unroll(C):
+                for v in T.vectorized(LANES):
+                    acc[r, c, v] = f32(0.0)
+                if Q4:
+                    for b in range(gn // LANES):
+                        for v in T.vectorized(LANES):
+                            acc[r, c, v] = acc[r, c, v] + (
+                                sg[r, c, g0 + b * LANES + v] * xc[i0 + r, g0 + b * LANES + v]
+                            )
+                    for g in range(gn // LANES * LANES, gn):
+                        acc[r, c, 0] = acc[r, c, 0] + sg[r, c, g0 + g] * xc[i0 + r, g0 + g]
+        # 2. acc += float(exact dot of group g) * sg (a broadcast load), group by group;
+        #    PF > 0: prefetch the weight stream PF bytes ahead (the last rows clamp it).
+        pf0 = T.bind(T.min(T.Cast("int64", j0) * KQ + g0 * GQ + PF, i64(N * KQ) - gn * GQ))
+        for g in range(gn):
+            if PF > 0:
+                T.evaluate(prefetch(q, 0, pf0 + g * GQ))
+            for r in T.unroll(R):
+                for c in T.unroll(C):
+                    acc[r, c, _vec(i64(0), LANES)] = acc[r, c, _vec(i64(0), LANES)] + T.Cast(
+                        "float32x8", group_dot(q, xq, xa, i0 + r, j0 + c, g0 + g)
+                    ) * T.Broadcast(sg[r, c, g0 + g], LANES)
+        for r in T.unroll(R):
+            for c in T.unroll(C):
+                out[i0 + r, j0 + c] = out[i0 + r, j0 + c] + hsum(acc, r, c)
+
+    @T.macro
+    def init(bias, out, rows, i0, j0, j1):
+        for i in range(i0, i0 + rows):
+            for j in range(j0, j1):
+                if has_bias:
+                    out[i, j] = bias[j]
+                else:
+                    out[i, j] = f32(0.0)
+
+    @T.macro
+    def gemv_body(q, sc, xq, xa, xs, xc, bias, out, n):
+        # One task per (column tile, row), rows innermost: the tile's weights stay in L1
+        # for the other rows (and no loop over rows inside a task, out of which LLVM would
+        # hoist the unpacked weights of a whole k block onto the stack).
+        for t in T.parallel(NJB * n):
+            jb = T.bind(t // n)
+            i = T.bind(t % n)
+            acc = scratch((1, NR, LANES))
+            sg = scratch((1, NR, NG))
+            init(bias, out, 1, i, jb * NR, jb * NR + NR)
+            # all scales of the row first: read back from memory (vbroadcastss m32)
+            fill_scales(sc, xs, sg, i, jb * NR, 0, NG, 1, NR)
+            for kb in range(NKB):
+                micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb * NR, kb * GB,
+                      T.min(GB, NG - kb * GB), 1, NR, PREFETCH_BYTES, 0)
+
+    @T.macro
+    def gemm_body(q, sc, xq, xa, xs, xc, bias, out, n):
+        for p in T.parallel(NP):
+            acc = scratch((MR, NR, LANES))
+            sg = scratch((MR, NR, NG))
+            jb_end = T.bind(T.min(p * G_PANEL + G_PANEL, NJB))
+            init(bias, out, n, 0, p * G_PANEL * NR, jb_end * NR)
+            for kb in range(NKB):
+                g0 = T.bind(kb * GB)
+                gn = T.bind(T.min(GB, NG - g0))
+                for io in range((n + (MB - 1)) // MB):
+                    rows = T.bind(T.min(n - io * MB, i64(MB)))
+                    full = T.bind(rows // MR * MR)
+                    for jb in range(p * G_PANEL, jb_end):
+                        for ib in range(rows // MR):
+                            micro(q, sc, xq, xa, xs, xc, out, acc, sg, io * MB + ib * MR,
+                                  jb * NR, g0, gn, MR, NR, 0, 1)
+                        for ii in range(full, rows):
+                            micro(q, sc, xq, xa, xs, xc, out, acc, sg, io * MB + ii,
+                                  jb * NR, g0, gn, 1, NR, 0, 1)
+
+    @T.macro
+    def column_tail(q, sc, xq, xa, xs, xc, bias, out, n):
+        for jt in T.parallel(N - N0):
+            acc = scratch((1, 1, LANES))
+            sg = scratch((1, 1, NG))
+            init(bias, out, n, 0, N0 + jt, N0 + jt + 1)
+            for kb in range(NKB):
+                for i in range(n):
+                    micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, N0 + jt, kb * GB,
+                          T.min(GB, NG - kb * GB), 1, 1, 0, 1)
+
+    @T.macro
+    def body(x, q, sc, bias, out, n):
+        xq = irb.alloc_buffer((n, i64(K)), "int8")
+        xa = irb.alloc_buffer((n, i64(K if not Q4 else 1)), "int8")
+        xs = irb.alloc_buffer((n, i64(NG)), F32)
+        xc = irb.alloc_buffer((n, i64(NG if Q4 else 1)), F32)
+        quantize_x(x, xq, xa, xs, xc, n)
+        if MR == 1:
+            gemv_body(q, sc, xq, xa, xs, xc, bias, out, n)
+        else:
+            gemm_body(q, sc, xq, xa, xs, xc, bias, out, n)
+        if N0 < N:
+            column_tail(q, sc, xq, xa, xs, xc, bias, out, n)
+
+    if has_bias:
+
+        @T.prim_func(private=True)
+        def kernel(x_h: T.handle, q_h: T.handle, s_h: T.handle, b_h: T.handle, o_h: T.handle):
+            T.func_attr({"tirx.noalias": True})
+            n = T.int64()
+            x = T.match_buffer(x_h, (n, i64(K)), F32)
+            q = T.match_buffer(q_h, (i64(N), i64(KQ)), QDT)
+            sc = T.match_buffer(s_h, (i64(N), i64(NG)), "float16")
+            bias = T.match_buffer(b_h, (i64(N),), F32)
+            out = T.match_buffer(o_h, (n, i64(N)), F32)
+            body(x, q, sc, bias, out, n)
+
+    else:
+
+        @T.prim_func(private=True)
+        def kernel(x_h: T.handle, q_h: T.handle, s_h: T.handle, o_h: T.handle):
+            T.func_attr({"tirx.noalias": True})
+            n = T.int64()
+            x = T.match_buffer(x_h, (n, i64(K)), F32)
+            q = T.match_buffer(q_h, (i64(N), i64(KQ)), QDT)
+            sc = T.match_buffer(s_h, (i64(N), i64(NG)), "float16")
+            out = T.match_buffer(o_h, (n, i64(N)), F32)
+            body(x, q, sc, None, out, n)
+
+    return kernel
