@@ -87,9 +87,20 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
     if (offset + nbytes > size_)
       fail("truncated: tensor '" + tname + "' needs bytes up to " + std::to_string(offset + nbytes) +
            " but the file has " + std::to_string(size_));
-    view.data = reinterpret_cast<const float*>(base + offset);
+    view.data = base + offset;
     view.nbytes = nbytes;
+    view.dtype = t.at("dtype").get<std::string>();
     view.shape = t.at("shape").get<std::vector<int64_t>>();
+    size_t itemsize = 0;
+    if (view.dtype == "f32") itemsize = 4;
+    else if (view.dtype == "f16" || view.dtype == "bf16") itemsize = 2;
+    else if (view.dtype == "i8" || view.dtype == "u8") itemsize = 1;
+    else fail("tensor '" + tname + "' has unknown dtype '" + view.dtype + "'");
+    size_t count = 1;
+    for (int64_t d : view.shape) count *= static_cast<size_t>(d);
+    if (count * itemsize != nbytes)
+      fail("tensor '" + tname + "': " + std::to_string(nbytes) + " bytes for shape " +
+           shape_str(view.shape) + " of " + view.dtype);
     if (verify_checksums && hex64(XXH64(view.data, nbytes, 0)) != t.at("xxh64"))
       fail("checksum mismatch in tensor '" + tname + "' (file corrupt)");
     tensors_[tname] = view;
@@ -101,9 +112,13 @@ Artifact::~Artifact() {
   if (map_) ::munmap(map_, size_);
 }
 
-const float* Artifact::tensor(const std::string& name, const std::vector<int64_t>& shape) const {
+const void* Artifact::tensor(const std::string& name, const std::string& dtype,
+                            const std::vector<int64_t>& shape) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw std::runtime_error(path_ + ": tensor '" + name + "' missing");
+  if (it->second.dtype != dtype)
+    throw std::runtime_error(path_ + ": tensor '" + name + "' is " + it->second.dtype +
+                             ", expected " + dtype);
   if (it->second.shape != shape)
     throw std::runtime_error(path_ + ": tensor '" + name + "' has shape " +
                              shape_str(it->second.shape) + ", expected " + shape_str(shape));

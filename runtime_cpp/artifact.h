@@ -14,7 +14,8 @@
 namespace ninfer {
 
 struct TensorView {
-  const float* data = nullptr;
+  const void* data = nullptr;
+  std::string dtype;  // f32 | f16 | bf16 | i8 | u8
   std::vector<int64_t> shape;
   size_t nbytes = 0;
 };
@@ -31,8 +32,13 @@ class Artifact {
 
   const nlohmann::json& manifest() const { return manifest_; }
   const std::string& path() const { return path_; }
-  // The tensor, checked against the expected shape; throws if absent or different.
-  const float* tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The tensor, checked against the expected dtype and shape; throws if absent or
+  // different, naming both.
+  const void* tensor(const std::string& name, const std::string& dtype,
+                     const std::vector<int64_t>& shape) const;
+  const float* tensor(const std::string& name, const std::vector<int64_t>& shape) const {
+    return static_cast<const float*>(tensor(name, "f32", shape));
+  }
   bool has_tensor(const std::string& name) const { return tensors_.count(name) != 0; }
 
  private:

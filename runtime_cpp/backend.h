@@ -30,6 +30,9 @@ class Arena {
   // A weight from the artifact where kernels can read it (checked by name and shape).
   const float* weight(const Artifact& artifact, const std::string& name,
                       const std::vector<int64_t>& shape);
+  // A weight of another dtype (f16, bf16, i8, u8: quantized parts), likewise.
+  const void* weight(const Artifact& artifact, const std::string& name,
+                     const std::string& dtype, const std::vector<int64_t>& shape);
 
  private:
   struct Impl;

@@ -24,6 +24,11 @@ int num_threads();
 
 inline DLDataType f32() { return DLDataType{kDLFloat, 32, 1}; }
 inline DLDataType i32() { return DLDataType{kDLInt, 32, 1}; }
+inline DLDataType f16() { return DLDataType{kDLFloat, 16, 1}; }
+inline DLDataType bf16() { return DLDataType{kDLBfloat, 16, 1}; }
+inline DLDataType i8() { return DLDataType{kDLInt, 8, 1}; }
+inline DLDataType u8() { return DLDataType{kDLUInt, 8, 1}; }
+inline DLDataType u16() { return DLDataType{kDLUInt, 16, 1}; }
 
 // Builds the argument list of one kernel call; storage lives in the object.
 class KernelArgs {

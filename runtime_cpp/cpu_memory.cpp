@@ -34,6 +34,11 @@ const float* Arena::weight(const Artifact& artifact, const std::string& name,
   return artifact.tensor(name, shape);
 }
 
+const void* Arena::weight(const Artifact& artifact, const std::string& name,
+                          const std::string& dtype, const std::vector<int64_t>& shape) {
+  return artifact.tensor(name, dtype, shape);
+}
+
 void init(const Options& options) {
   if (options.threads > 0) cpu::set_num_threads(options.threads);
 }

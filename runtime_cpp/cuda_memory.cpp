@@ -38,15 +38,20 @@ Arena::~Arena() = default;
 float* Arena::floats(size_t count) { return static_cast<float*>(impl_->alloc(count * 4)); }
 int32_t* Arena::ints(size_t count) { return static_cast<int32_t*>(impl_->alloc(count * 4)); }
 
-const float* Arena::weight(const Artifact& artifact, const std::string& name,
-                           const std::vector<int64_t>& shape) {
-  const float* host = artifact.tensor(name, shape);
-  size_t bytes = sizeof(float);
+const void* Arena::weight(const Artifact& artifact, const std::string& name,
+                          const std::string& dtype, const std::vector<int64_t>& shape) {
+  const void* host = artifact.tensor(name, dtype, shape);
+  size_t bytes = dtype == "f32" ? 4 : dtype == "f16" || dtype == "bf16" ? 2 : 1;
   for (int64_t d : shape) bytes *= static_cast<size_t>(d);
-  float* dev = static_cast<float*>(impl_->alloc(bytes));
+  void* dev = impl_->alloc(bytes);
   cuda::check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, cuda::stream()),
               ("upload of " + name).c_str());
   return dev;
+}
+
+const float* Arena::weight(const Artifact& artifact, const std::string& name,
+                           const std::vector<int64_t>& shape) {
+  return static_cast<const float*>(weight(artifact, name, "f32", shape));
 }
 
 void init(const Options& options) {

@@ -60,26 +60,65 @@ def test_refuses_bad_magic(qwen3_model, tmp_path):
     assert r.returncode != 0 and "not a ninfer artifact" in r.stderr
 
 
-def test_refuses_artifact_for_another_target(qwen3_model, tmp_path):
-    """Rewrite the manifest's target (keeping the header checksum valid)."""
+def _rewrite_manifest(src, dst, edit) -> None:
+    """Apply `edit` to the manifest, keeping its length and the header checksum valid."""
     import xxhash
 
-    src = qwen3_model.out_dir / "model.ninfer"
     data = bytearray(src.read_bytes())
     magic, version, res, length, _ = HEADER.unpack_from(data)
     manifest = json.loads(data[HEADER.size:HEADER.size + length])
-    manifest["target"]["name"] = "rtx4080s"
-    manifest["model"]["id"] = manifest["model"]["id"][:-5]  # keep the length unchanged
+    edit(manifest)
     blob = json.dumps(manifest, sort_keys=True).encode()
+    assert len(blob) <= length
     blob = blob + b" " * (length - len(blob))  # same length keeps tensor offsets valid
-    assert len(blob) == length
     data[: HEADER.size] = HEADER.pack(magic, version, res, length, xxhash.xxh64(blob).intdigest())
     data[HEADER.size:HEADER.size + length] = blob
+    dst.write_bytes(bytes(data))
+
+
+def test_refuses_artifact_for_another_target(qwen3_model, tmp_path):
+    def edit(manifest):
+        manifest["target"]["name"] = "rtx4080s"
+        manifest["model"]["id"] = manifest["model"]["id"][:-5]  # keep the length unchanged
+
     bad = tmp_path / "model.ninfer"
-    bad.write_bytes(bytes(data))
+    _rewrite_manifest(qwen3_model.out_dir / "model.ninfer", bad, edit)
     r = run_server(qwen3_model.server, "--artifact", str(bad))
     assert r.returncode != 0
     assert "compiled for target 'rtx4080s'" in r.stderr and "'cpu'" in r.stderr
+
+
+def test_refuses_tensor_of_another_dtype(qwen3_model, tmp_path):
+    def edit(manifest):
+        entry = next(t for t in manifest["tensors"] if t["name"] == "layers.1.down")
+        entry["dtype"] = "f16"
+
+    bad = tmp_path / "model.ninfer"
+    _rewrite_manifest(qwen3_model.out_dir / "model.ninfer", bad, edit)
+    r = run_server(qwen3_model.server, "--artifact", str(bad))
+    assert r.returncode != 0
+    assert "tensor 'layers.1.down'" in r.stderr and "of f16" in r.stderr
+
+
+def test_artifact_stores_typed_tensors(tmp_path):
+    import numpy as np
+
+    from ninfer.artifact import PendingTensor, write_artifact
+
+    parts = {"f32": np.arange(6, dtype=np.float32).reshape(2, 3),
+             "f16": np.ones((5,), np.float16), "bf16": np.full((3,), 0x3F80, np.uint16),
+             "i8": np.array([-127, 0, 127], np.int8), "u8": np.arange(7, dtype=np.uint8)}
+    path = tmp_path / "typed.ninfer"
+    write_artifact(path, {"target": {}}, [PendingTensor(k, v.shape, lambda v=v: v, k)
+                                          for k, v in parts.items()])
+    table = {t["name"]: t for t in read_manifest(path)["tensors"]}
+    raw = path.read_bytes()
+    for name, arr in parts.items():
+        entry = table[name]
+        assert (entry["dtype"], entry["nbytes"]) == (name, arr.nbytes)
+        assert raw[entry["offset"]:entry["offset"] + arr.nbytes] == arr.tobytes()
+    with pytest.raises(ValueError, match="payload is int8, planned u8"):
+        write_artifact(path, {}, [PendingTensor("x", (3,), lambda: parts["i8"], "u8")])
 
 
 def test_max_context_above_compiled_is_refused(qwen3_model):

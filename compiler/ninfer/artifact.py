@@ -13,7 +13,8 @@ Layout (little endian):
 
 The manifest holds the model id and config, the target (name, kind, hash, arch, SMs),
 the compiled serve limits, tokenizer.json, the chat format, and a tensor table with
-dtype, shape, offset, byte size and XXH64 of each payload. The C++ loader
+dtype, shape, offset, byte size and XXH64 of each payload. Tensor dtypes: f32, f16, bf16
+(stored as its 16-bit pattern), i8, u8 (packed 4-bit weights), all little endian. The C++ loader
 (`runtime_cpp/artifact.cpp`) checks all of them and says which one failed.
 """
 
@@ -39,11 +40,20 @@ class ArtifactError(ValueError):
     """The artifact is not a ninfer artifact, is corrupt, or is for another target."""
 
 
+# numpy / kernel-spec dtype -> artifact dtype (16-bit floats are stored as their bits)
+ARTIFACT_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "uint16": "bf16",
+                   "int8": "i8", "uint8": "u8"}
+# artifact dtype -> numpy dtype of the stored payload
+DTYPES: dict[str, Any] = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16,
+                          "i8": np.int8, "u8": np.uint8}
+
+
 @dataclass(frozen=True)
 class PendingTensor:
     name: str
     shape: tuple[int, ...]
-    load: Callable[[], np.ndarray]  # produces the float32 payload when written
+    load: Callable[[], np.ndarray]  # produces the payload (of `dtype`) when written
+    dtype: str = "f32"
 
 
 def _align(n: int) -> int:
@@ -62,8 +72,12 @@ def write_artifact(path: Path, manifest: dict[str, Any], tensors: Iterable[Pendi
     table: list[dict[str, Any]] = []
     offset = 0
     for t in pending:
-        nbytes = 4 * int(np.prod(t.shape, dtype=np.int64))
-        table.append({"name": t.name, "dtype": "f32", "shape": list(t.shape),
+        if t.dtype not in DTYPES:
+            raise ArtifactError(f"tensor {t.name}: dtype {t.dtype!r} is not one of "
+                                f"{', '.join(DTYPES)}")
+        itemsize = np.dtype(DTYPES[t.dtype]).itemsize
+        nbytes = itemsize * int(np.prod(t.shape, dtype=np.int64))
+        table.append({"name": t.name, "dtype": t.dtype, "shape": list(t.shape),
                       "offset": offset, "nbytes": nbytes, "xxh64": "0" * 16})
         offset = _align(offset + nbytes)
     full = {**manifest, "format_version": FORMAT_VERSION, "tensors": table}
@@ -74,7 +88,11 @@ def write_artifact(path: Path, manifest: dict[str, Any], tensors: Iterable[Pendi
     with open(path, "wb") as fh:
         fh.truncate(data_start + offset)
         for t, entry in zip(pending, table, strict=True):
-            arr = np.ascontiguousarray(t.load(), dtype=np.float32)
+            arr = np.asarray(t.load())
+            if t.dtype != "f32" and arr.dtype != DTYPES[t.dtype]:
+                raise ArtifactError(f"tensor {t.name}: payload is {arr.dtype}, planned "
+                                    f"{t.dtype}")
+            arr = np.ascontiguousarray(arr, dtype=DTYPES[t.dtype])
             if arr.shape != t.shape:
                 raise ArtifactError(f"tensor {t.name}: shape {arr.shape} != planned {t.shape}")
             payload = arr.tobytes()

@@ -32,6 +32,13 @@ console = Console(stderr=True)
 @click.option("--kv-capacity", default="auto", show_default=True,
               help="Tokens in the paged KV pool: 'auto' (every slot at full context, capped "
                    "by the memory left after weights and activations) or a number.")
+@click.option("--weights", "weights", default="f32", show_default=True,
+              type=click.Choice(["f32", "f16", "bf16", "q8g32", "q4g64", "q4g128"]),
+              help="Storage format of the matmul weights (group-wise int8/int4 with one fp16 "
+                   "scale per group of 32/64/128 along k).")
+@click.option("--weights-override", "weight_overrides", multiple=True, metavar="ROLE=FORMAT",
+              help="Per-role format, e.g. lm_head=q8g32 (roles: q k v o gate_up down "
+                   "lm_head); repeatable.")
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
@@ -46,7 +53,7 @@ console = Console(stderr=True)
                    "shared memory, CTAs/SM, resident budget, largest size that fits.")
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
          max_context: int, max_prefill_chunk: int, max_concurrency: int, kv_capacity: str,
-         memory_gib: float | None,
+         weights: str, weight_overrides: tuple[str, ...], memory_gib: float | None,
          no_python_module: bool, dump_dir: Path | None, prefill_projections: str,
          explain: bool) -> None:
     """Compile a checkpoint for a target into a standalone ninfer-server."""
@@ -62,10 +69,18 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
     if kv_capacity != "auto" and not (kv_capacity.isdigit() and int(kv_capacity) > 0):
         raise click.BadParameter(f"{kv_capacity!r} is neither 'auto' nor a positive number "
                                  "of tokens", param_hint="--kv-capacity")
+    overrides = []
+    for item in weight_overrides:
+        role, sep, fmt = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not ROLE=FORMAT",
+                                     param_hint="--weights-override")
+        overrides.append((role, fmt))
     opts = CompileOptions(model_dir=model_dir, target=target, out_dir=out_dir,
                           model_id=model_id, max_context=max_context,
                           max_prefill_chunk=max_prefill_chunk, max_concurrency=max_concurrency,
                           kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
+                          weights=weights, weight_overrides=tuple(overrides),
                           memory_gib=memory_gib,
                           python_module=not no_python_module, dump_dir=dump_dir,
                           prefill_projections=prefill_projections)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ninfer import __version__
-from ninfer.artifact import PendingTensor, write_artifact
+from ninfer.artifact import ARTIFACT_DTYPES, PendingTensor, write_artifact
 from ninfer.frontend import open_checkpoint
 from ninfer.frontend.chat_template import compile_chat_template
 from ninfer.frontend.config import FrontendError
@@ -22,7 +22,7 @@ from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.llama import build_graph
 from ninfer.frontend.tokenizer import TokenizerInfo, tokenizer_info
 from ninfer.paths import DEFAULT_BUILD_DIR, ROOT
-from ninfer.plan import Plan, ServeLimits, make_plan
+from ninfer.plan import Plan, ServeLimits, WeightFormats, make_plan, weight_format
 from ninfer.targets import Target, load_target
 
 Progress = Callable[[str], None]
@@ -38,6 +38,8 @@ class CompileOptions:
     max_prefill_chunk: int = 512
     max_concurrency: int = 8
     kv_capacity: int = 0  # tokens; 0 = auto
+    weights: str = "f32"  # matmul weight format (plan.FORMAT_WDTYPES)
+    weight_overrides: tuple[tuple[str, str], ...] = ()  # (role, format), e.g. lm_head
     memory_gib: float | None = None
     python_module: bool = True
     dump_dir: Path | None = None
@@ -87,7 +89,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
 
     # 3. Plan: serve limits, kernel instances per role, memory budget.
     done = stage("plan")
-    plan = make_plan(graph, target, _limits(opts))
+    plan = make_plan(graph, target, _limits(opts), _formats(opts))
     done()
 
     out_dir = (opts.out_dir or DEFAULT_BUILD_DIR / f"{model_id}-{target.name}").resolve()
@@ -110,6 +112,11 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     if projections == "auto":
         projections = "coop" if target.is_cuda else "tvm"
     if target.is_cuda:
+        other = sorted({f for f in plan.to_json()["weights"].values() if f != "f32"})
+        if other:
+            raise FrontendError(f"--weights {', '.join(other)}: the CUDA kernels read f32 "
+                                f"weights only so far; compile {target.name} with --weights "
+                                "f32 (quantized formats run on the cpu target)")
         verified = _verify_cuda_kernels(plan, target, graph, opts.kernel_cache)
         backend = _cuda_backend_values(verified, plan)
         if projections == "coop":
@@ -241,6 +248,10 @@ def _limits(opts: CompileOptions) -> ServeLimits:
                        max_concurrency=opts.max_concurrency, kv_capacity=opts.kv_capacity)
 
 
+def _formats(opts: CompileOptions) -> WeightFormats:
+    return WeightFormats(opts.weights, tuple(opts.weight_overrides))
+
+
 def _write(path: Path, front: _Frontend, plan: Plan, target: Target, model_id: str) -> None:
     manifest = _manifest(front.graph, plan, target, model_id, front.tok, front.chat)
     write_artifact(path, manifest, _pending_tensors(front.graph, front.ckpt, plan))
@@ -253,7 +264,8 @@ def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
     target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
     front = _frontend(opts.model_dir)
     model_id = opts.model_id or opts.model_dir.resolve().name
-    _write(path, front, make_plan(front.graph, target, _limits(opts)), target, model_id)
+    plan = make_plan(front.graph, target, _limits(opts), _formats(opts))
+    _write(path, front, plan, target, model_id)
     return path
 
 
@@ -261,7 +273,13 @@ def _pending_tensors(graph: ModelGraph, ckpt: Any, plan: Plan) -> list[PendingTe
     def loader(w: WeightSpec) -> Callable[[], np.ndarray]:
         return lambda: graph.load_weight(ckpt, w)
 
-    tensors = [PendingTensor(w.name, w.shape, loader(w)) for w in graph.weights]
+    tensors: list[PendingTensor] = []
+    for w in graph.weights:
+        fmt = weight_format(w, plan.weights)
+        if fmt == "f32":
+            tensors.append(PendingTensor(w.name, w.shape, loader(w)))
+        else:
+            tensors += _packed_tensors(w, fmt, loader(w))
     cfg, ctx = graph.config, plan.limits.max_context
     half = (ctx, cfg.head_dim // 2)
     tensors.append(PendingTensor("rope_cos", half,
@@ -269,6 +287,29 @@ def _pending_tensors(graph: ModelGraph, ckpt: Any, plan: Plan) -> list[PendingTe
     tensors.append(PendingTensor("rope_sin", half,
                                  lambda: rope_tables(cfg.rope, cfg.head_dim, ctx)[1]))
     return tensors
+
+
+def _packed_tensors(w: WeightSpec, fmt: str, load: Callable[[], np.ndarray]
+                    ) -> list[PendingTensor]:
+    """The stored parts of a quantized weight; packed once, when its first part is
+    written (parts are written one after the other, so one packed weight is held)."""
+    from ninfer.quant import pack, part_layout
+
+    n_out, k = w.shape
+    layout = part_layout(fmt, n_out, k)
+    cache: dict[str, np.ndarray] = {}
+
+    def part(name: str) -> Callable[[], np.ndarray]:
+        def get() -> np.ndarray:
+            if not cache:
+                cache.update(pack(load(), fmt))
+            return cache.pop(name)
+        return get
+
+    single = len(layout) == 1
+    return [PendingTensor(w.name if single else f"{w.name}.{name}", tuple(shape), part(name),
+                          ARTIFACT_DTYPES[str(np.dtype(dtype))])
+            for name, dtype, shape in layout]
 
 
 def _manifest(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
@@ -279,7 +320,7 @@ def _manifest(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "target": {"name": target.name, "kind": target.kind, "hash": target.stable_hash(),
                    "arch": target.arch, "sm_count": target.sm_count},
         "limits": asdict(plan.limits),
-        "weights": {"dtype": "f32"},
+        "weights": plan.to_json()["weights"],
         "tokenizer": tok.tokenizer_json,
         "chat_format": chat.to_json() if chat is not None else None,
         "eos_token_ids": list(tok.eos_token_ids),

@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ninfer.frontend.graph import ModelGraph
+import numpy as np
+
+from ninfer.frontend.graph import ModelGraph, WeightSpec
 from ninfer.kernels.spec import (
     AddSpec,
     AttentionSpec,
@@ -24,6 +26,36 @@ from ninfer.targets import Target
 
 class PlanError(ValueError):
     """The requested serve limits do not fit the model on the target."""
+
+
+MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head")
+# CLI name of a weight format -> MatmulSpec.wdtype
+FORMAT_WDTYPES = {"f32": "float32", "f16": "f16", "bf16": "bf16", "q8g32": "q8g32",
+                  "q4g64": "q4g64", "q4g128": "q4g128"}
+
+
+@dataclass(frozen=True)
+class WeightFormats:
+    """Storage format of the matmul weights: one default, per-role overrides (e.g. keep
+    lm_head at 8 bits). Embeddings and norms stay f32."""
+
+    default: str = "f32"
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for role, fmt in ((None, self.default), *self.overrides):
+            if fmt not in FORMAT_WDTYPES:
+                raise PlanError(f"weight format {fmt!r} is not one of "
+                                f"{', '.join(FORMAT_WDTYPES)}")
+            if role is not None and role not in MATMUL_ROLES:
+                raise PlanError(f"weight format override for {role!r}: roles are "
+                                f"{', '.join(MATMUL_ROLES)}")
+
+    def of(self, role: str) -> str:
+        return dict(self.overrides).get(role, self.default)
+
+    def wdtype(self, role: str) -> str:
+        return FORMAT_WDTYPES[self.of(role)]
 
 
 @dataclass(frozen=True)
@@ -95,6 +127,7 @@ class Plan:
     buffers: dict[str, int]  # activation buffer -> float32 elements per row
     memory: MemoryPlan
     kv: KvPlan
+    weights: WeightFormats = WeightFormats()
 
     def unique_kernels(self) -> list[Any]:
         seen: dict[str, Any] = {}
@@ -109,10 +142,36 @@ class Plan:
             "buffers": self.buffers,
             "memory": {**asdict(self.memory), "total_bytes": self.memory.total_bytes},
             "kv": {**asdict(self.kv), "tokens": self.kv.tokens},
+            "weights": {role: self.weights.of(role) for role in MATMUL_ROLES},
         }
 
 
-def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits) -> Plan:
+def matmul_role(w: WeightSpec) -> str | None:
+    """The matmul role a weight feeds ("q", ..., "lm_head"), None for the others."""
+    if w.role == "linear":
+        return w.name.rsplit(".", 1)[1]
+    return "lm_head" if w.role == "lm_head" else None
+
+
+def weight_format(w: WeightSpec, formats: WeightFormats) -> str:
+    role = matmul_role(w)
+    return formats.of(role) if role else "f32"
+
+
+def weight_bytes(w: WeightSpec, formats: WeightFormats) -> int:
+    """Bytes a weight takes in the artifact and in memory in its format."""
+    fmt = weight_format(w, formats)
+    if fmt == "f32":
+        return 4 * _numel(w.shape)
+    from ninfer.quant import part_layout
+
+    n_out, k = w.shape
+    return sum(np.dtype(dt).itemsize * _numel(sh) for _, dt, sh in part_layout(fmt, n_out, k))
+
+
+def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
+              weights: WeightFormats | None = None) -> Plan:
+    weights = weights or WeightFormats()
     limits.validate(graph)
     cfg = graph.config
     h, d, inter, v = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size, cfg.vocab_size
@@ -124,7 +183,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits) -> Plan:
                "kr": kv_dim, "v": kv_dim, "att": q_dim, "o": h, "gu": 2 * inter,
                "act": inter}
     chunk, conc = limits.max_prefill_chunk, limits.max_concurrency
-    weights_bytes = sum(4 * _numel(w.shape) for w in graph.weights)
+    weights_bytes = sum(weight_bytes(w, weights) for w in graph.weights)
     weights_bytes += 2 * 4 * limits.max_context * (d // 2)  # rope tables
     activation_bytes = 4 * (chunk * sum(buffers.values()) + conc * (h + v))
     workspace_bytes = 64 << 20
@@ -162,15 +221,15 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits) -> Plan:
         "silu_mul": SiluMulSpec(inter),
         "add": AddSpec(h),
         "gather": EmbeddingSpec(chunk, h),  # rows whose logits are wanted
-        "lm_head_gemv": MatmulSpec(h, v, False, "gemv"),
+        "lm_head_gemv": MatmulSpec(h, v, False, "gemv", weights.wdtype("lm_head")),
     }
     if conc > limits.gemv_max_rows:
-        kernels["lm_head_gemm"] = MatmulSpec(h, v, False, "gemm")
+        kernels["lm_head_gemm"] = MatmulSpec(h, v, False, "gemm", weights.wdtype("lm_head"))
     for role, k, n, b in (("q", h, q_dim, bias), ("k", h, kv_dim, bias), ("v", h, kv_dim, bias),
                           ("o", q_dim, h, False), ("gate_up", h, 2 * inter, False),
                           ("down", inter, h, False)):
-        kernels[f"{role}_gemv"] = MatmulSpec(k, n, b, "gemv")
-        kernels[f"{role}_gemm"] = MatmulSpec(k, n, b, "gemm")
+        kernels[f"{role}_gemv"] = MatmulSpec(k, n, b, "gemv", weights.wdtype(role))
+        kernels[f"{role}_gemm"] = MatmulSpec(k, n, b, "gemm", weights.wdtype(role))
     if not graph.traits.qk_norm:
         del kernels["head_norm"]
 
@@ -182,7 +241,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits) -> Plan:
     if (h * 4) % 64:
         raise PlanError(f"hidden_size {h} is not a multiple of 16; rows of the hidden "
                         "state must stay 64-byte aligned")
-    return Plan(limits, kernels, buffers, memory, kv)
+    return Plan(limits, kernels, buffers, memory, kv, weights)
 
 
 def _size(n: int) -> str:

@@ -1,4 +1,5 @@
-"""`ninfer-bench soak|serving [BUILD_DIR]`: load-test a compiled model's server.
+"""`ninfer-bench soak|serving [BUILD_DIR]`: load-test a compiled model's server;
+`ninfer-bench accuracy CHECKPOINT`: drift of each weight format against float32.
 
 Each command starts BUILD_DIR's ninfer-server (and stops it afterwards), or with --url
 uses a server that is already running. Exit status: 0 passed, 1 a check failed (soak),
@@ -182,6 +183,35 @@ def serving(build_dir: Path | None, url: str | None, threads: int | None,
         console.print(f"note: {note}", highlight=False)
     console.print(f"[dim]{res.command}[/dim]", highlight=False)
     _write_json(json_path, res.to_json())
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--formats", default="f16,q8g32,q4g64,q4g128", show_default=True,
+              help="Weight formats to compare with f32 (comma list).")
+@click.option("--tokens", default=512, show_default=True, type=click.IntRange(16),
+              help="Positions of the fixed text set.")
+@click.option("--threads", default=2, show_default=True, type=click.IntRange(1))
+@click.option("-o", "--output", "out_root", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("build/accuracy"), show_default=True,
+              help="Where the per-format CPU builds go.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also write the results as JSON here.")
+def accuracy(checkpoint: Path, formats: str, tokens: int, threads: int, out_root: Path,
+             json_path: Path | None) -> None:
+    """Top-1 agreement, KL divergence and perplexity of each weight format vs. f32."""
+    from ninfer.bench.accuracy import format_table, run_accuracy, to_json
+
+    try:
+        rows = run_accuracy(checkpoint, [f for f in formats.split(",") if f], out_root,
+                            tokens, threads, log=lambda s: err.print(f"[dim]{s}[/dim]"))
+    except (ValueError, RuntimeError, OSError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        sys.exit(2)
+    for line in format_table(rows):
+        console.print(line, highlight=False)
+    console.print(f"[dim]{_command_line()}[/dim]", highlight=False)
+    _write_json(json_path, to_json(rows))
 
 
 if __name__ == "__main__":

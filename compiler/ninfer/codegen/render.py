@@ -12,10 +12,10 @@ import jinja2
 import pybind11
 import tvm_ffi
 
-from ninfer.codegen.stubs import make_stub
+from ninfer.codegen.stubs import make_stub, weight_parts
 from ninfer.frontend.graph import ModelGraph
 from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
-from ninfer.plan import Plan
+from ninfer.plan import MATMUL_ROLES, Plan
 from ninfer.targets import Target
 
 # Model-independent runtime sources compiled into every server (runtime_cpp/), and the
@@ -49,13 +49,16 @@ class GeneratedTree:
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
+    env.filters["prefix"] = lambda s, p: f"{p}{s}"
+    env.filters["suffix"] = lambda s, x: f"{s}{x}"
+    return env
 
 
 def model_slug(model_id: str) -> str:
@@ -99,6 +102,8 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "limits": plan.limits,
         "kv": plan.kv,
         "kernels": kernels,
+        "wparts": {role: weight_parts(role, plan.kernels[f"{role}_gemv"])
+                   for role in MATMUL_ROLES},
         "stubs": stubs,
         "buffers": plan.buffers,
         "runtime_dir": str(RUNTIME_DIR),

@@ -11,8 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-_CTYPES = {"float32": "float", "int32": "int32_t", "int64": "int64_t"}
-_DLTYPES = {"float32": "cpu::f32()", "int32": "cpu::i32()"}
+from ninfer.artifact import ARTIFACT_DTYPES
+
+# 16-bit floats travel as their bit patterns (uint16_t); kernels read them by DLDataType.
+_CTYPES = {"float32": "float", "int32": "int32_t", "int64": "int64_t", "float16": "uint16_t",
+           "bfloat16": "uint16_t", "uint16": "uint16_t", "int8": "int8_t", "uint8": "uint8_t"}
+_DLTYPES = {"float32": "cpu::f32()", "int32": "cpu::i32()", "float16": "cpu::f16()",
+            "bfloat16": "cpu::bf16()", "uint16": "cpu::u16()", "int8": "cpu::i8()",
+            "uint8": "cpu::u8()"}
+
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,33 @@ class KernelStub:
         if self.symbolic_rows:
             parts.append("int64_t n")
         return f"void {self.name}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class WeightPart:
+    """One stored part of a matmul weight (f32: the matrix; quantized: values, scales)."""
+
+    member: str  # C++ member in the step program, e.g. "q" or "q_scales"
+    arg: str  # kernel argument name, e.g. "w" or "w_scales"
+    ctype: str
+    tensor_suffix: str  # artifact tensor = weight name + suffix ("" for one part)
+    dtype: str  # artifact dtype
+    shape: tuple[int, ...]
+
+
+def weight_parts(role: str, spec: Any) -> list[WeightPart]:
+    """The stored parts of a matmul spec's weight, in kernel-argument order: every
+    argument between `x` and `bias`/`out`."""
+    args = [a for a in spec.signature() if a.name not in ("x", "bias", "out")]
+    single = len(args) == 1
+    parts = []
+    for a in args:
+        part = a.name[2:] if a.name.startswith("w_") else a.name
+        parts.append(WeightPart(
+            member=role if single else f"{role}_{part}", arg=a.name, ctype=_CTYPES[a.dtype],
+            tensor_suffix="" if single else f".{part}", dtype=ARTIFACT_DTYPES[a.dtype],
+            shape=tuple(int(d) for d in a.shape)))
+    return parts
 
 
 def make_stub(spec: Any) -> KernelStub:

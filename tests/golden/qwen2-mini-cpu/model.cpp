@@ -43,8 +43,13 @@ using namespace ninfer::kernels;
 
 
 struct LayerWeights {
-  const float *input_norm, *q, *k, *v, *q_bias, *k_bias, *v_bias, *q_norm, *k_norm, *o,
-      *post_norm, *gate_up, *down;
+  const float *input_norm, *q_bias, *k_bias, *v_bias, *q_norm, *k_norm, *post_norm;
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* o;
+  const float* gate_up;
+  const float* down;
 };
 
 class GeneratedModel final : public Model {
@@ -55,24 +60,31 @@ class GeneratedModel final : public Model {
     };
     embed_ = t("embed", {kVocab, kHidden});
     final_norm_ = t("final_norm", {kHidden});
-    lm_head_ = t("lm_head", {kVocab, kHidden});
+    lm_head_ = static_cast<const float*>(
+        mem_.weight(a, "lm_head", "f32", {64, 32}));
     rope_cos_ = t("rope_cos", {kMaxContext, kHeadDim / 2});
     rope_sin_ = t("rope_sin", {kMaxContext, kHeadDim / 2});
     for (int l = 0; l < kLayers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
       LayerWeights& w = layers_[l];
       w.input_norm = t(p + "input_norm", {kHidden});
-      w.q = t(p + "q", {kQDim, kHidden});
-      w.k = t(p + "k", {kKvDim, kHidden});
-      w.v = t(p + "v", {kKvDim, kHidden});
+      w.q = static_cast<const float*>(
+          mem_.weight(a, p + "q", "f32", {32, 32}));
+      w.k = static_cast<const float*>(
+          mem_.weight(a, p + "k", "f32", {16, 32}));
+      w.v = static_cast<const float*>(
+          mem_.weight(a, p + "v", "f32", {16, 32}));
       w.q_bias = t(p + "q_bias", {kQDim});
       w.k_bias = t(p + "k_bias", {kKvDim});
       w.v_bias = t(p + "v_bias", {kKvDim});
       w.q_norm = w.k_norm = nullptr;
-      w.o = t(p + "o", {kHidden, kQDim});
       w.post_norm = t(p + "post_norm", {kHidden});
-      w.gate_up = t(p + "gate_up", {2 * kInter, kHidden});
-      w.down = t(p + "down", {kHidden, kInter});
+      w.o = static_cast<const float*>(
+          mem_.weight(a, p + "o", "f32", {32, 32}));
+      w.gate_up = static_cast<const float*>(
+          mem_.weight(a, p + "gate_up", "f32", {96, 32}));
+      w.down = static_cast<const float*>(
+          mem_.weight(a, p + "down", "f32", {32, 48}));
       k_pool_[l] = mem_.floats(kPoolRows * kKvDim);
       v_pool_[l] = mem_.floats(kPoolRows * kKvDim);
     }
@@ -211,7 +223,8 @@ class GeneratedModel final : public Model {
 
 
   backend::Arena mem_;  // owns every buffer below (declared first: freed last)
-  const float *embed_, *final_norm_, *lm_head_, *rope_cos_, *rope_sin_;
+  const float *embed_, *final_norm_, *rope_cos_, *rope_sin_;
+  const float* lm_head_;
   LayerWeights layers_[kLayers];
   float* k_pool_[kLayers];
   float* v_pool_[kLayers];
