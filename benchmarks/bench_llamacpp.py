@@ -1,0 +1,336 @@
+"""Peer benchmark: ninfer against llama.cpp on the same checkpoint, per weight format.
+
+    .venv/bin/pip install -e '.[bench]'      # gguf + llama-cpp-python (built from source)
+    .venv/bin/python benchmarks/bench_llamacpp.py --threads 2
+
+Builds once (cached under build/bench/) a ~0.5B-parameter random-weight Qwen3 checkpoint
+with transformers (fixed seed, fp16 safetensors, the demo tokenizer padded to the model's
+vocab), converts it with ninfer.gguf_export to GGUF F32 / F16 / Q8_0 / Q4_0, and times,
+each in its own process with the same thread count:
+  - llama.cpp through llama-cpp-python (n_ctx 1024, logits of the last token only);
+  - ninfer in the matching format (f32, f16, q8g32, q4g64), see `ninfer_rates`;
+  - decode: tokens/s of single-token steps after a 128-token prefill (context 128..192;
+    the best 16-step window, see `_measure`);
+  - prefill: tokens/s of one 256-token prompt.
+It also measures the machine's memory bandwidth with numpy (same threads, 1 GiB arrays)
+and prints, per run, the fraction of the bandwidth roofline its decode reaches: weight
+bytes read per token x tokens/s / bandwidth (the KV cache, ~5% here, is not counted).
+
+Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
+command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# (llama.cpp GGUF type, ninfer --weights format) compared side by side
+FORMATS = [("F32", "f32"), ("F16", "f16"), ("Q8_0", "q8g32"), ("Q4_0", "q4g64")]
+# ~0.5B Qwen3: Qwen3-0.6B's shapes with a 32k vocab and an untied head
+MODEL: dict[str, Any] = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+             num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=32768)
+PREFILL_TOKENS = 256
+DECODE_CONTEXT = 128
+DECODE_WINDOW = 16
+N_CTX = 1024
+PROMPT = [10 + (i * 37) % 2000 for i in range(PREFILL_TOKENS)]
+
+
+@dataclasses.dataclass
+class Rates:
+    decode: float  # tokens/s
+    prefill: float  # tokens/s
+    bytes_per_token: float  # weight bytes one decode step reads
+    note: str = ""
+
+
+# ------------------------------------------------------------------ setup
+
+
+def bench_dir() -> Path:
+    from ninfer.paths import DEFAULT_BUILD_DIR
+
+    return DEFAULT_BUILD_DIR / "bench"
+
+
+def build_checkpoint(directory: Path) -> Path:
+    if (directory / "config.json").exists():
+        return directory
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from ninfer.demo.checkpoint import write_tokenizer_files
+
+    facts = write_tokenizer_files(directory, "qwen", vocab_size=2048)
+    config = Qwen3Config(**MODEL, max_position_embeddings=4096, tie_word_embeddings=False,
+                         rope_theta=1e6, rms_norm_eps=1e-6, bos_token_id=None,
+                         eos_token_id=facts["eos_token_id"])
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(config).to(torch.float16).save_pretrained(directory)
+    return directory
+
+
+def param_counts(ckpt: Path) -> tuple[int, int]:
+    """(all parameters, parameters a decode step reads: all but the embedding table)."""
+    from ninfer.frontend.checkpoint import open_checkpoint
+
+    c = open_checkpoint(ckpt)
+    sizes = {n: int(_prod(t.shape)) for n, t in c.tensors.items()}
+    total = sum(sizes.values())
+    read = total - (0 if c.config.tie_word_embeddings else sizes["model.embed_tokens.weight"])
+    return total, read
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def export_all(ckpt: Path, qtypes: list[str]) -> dict[str, Path]:
+    from ninfer.gguf_export import export_gguf
+
+    paths = {}
+    for q in qtypes:
+        path = ckpt.parent / f"{ckpt.name}-{q}.gguf"
+        if not path.exists() or path.stat().st_mtime < (ckpt / "config.json").stat().st_mtime:
+            t0 = time.perf_counter()
+            export_gguf(ckpt, path, q)
+            print(f"exported {path.name} ({path.stat().st_size / 1e9:.2f} GB) in "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+        paths[q] = path
+    return paths
+
+
+def memory_bandwidth(threads: int, gib: float = 1.0, repeats: int = 5) -> dict[str, float]:
+    """Best-of-`repeats` GB/s of `threads` numpy threads streaming `gib` GiB arrays:
+    read (a dot product of each slice with itself: OpenBLAS sdot, reads once) and add
+    (STREAM's a = b + c, counted as 3 arrays)."""
+    import numpy as np
+
+    n = int(gib * 2**30) // 4
+    a, b, c = (np.full(n, v, dtype=np.float32) for v in (0.0, 1.0, 2.0))
+    bounds = [(n * i // threads, n * (i + 1) // threads) for i in range(threads)]
+
+    def timed(kernel: Callable[[int, int], object], nbytes: int) -> float:
+        best = 0.0
+        for _ in range(repeats):
+            workers = [threading.Thread(target=kernel, args=r) for r in bounds]
+            t0 = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            best = max(best, nbytes / (time.perf_counter() - t0) / 1e9)
+        return best
+
+    read = timed(lambda lo, hi: np.dot(b[lo:hi], b[lo:hi]), b.nbytes)
+    add = timed(lambda lo, hi: np.add(b[lo:hi], c[lo:hi], out=a[lo:hi]), 3 * a.nbytes)
+    return {"read": read, "add": add}
+
+
+# ------------------------------------------------------------------ timing (worker processes)
+
+
+def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], None],
+             n_dec: int, repeats: int) -> tuple[float, float]:
+    """(decode tok/s, prefill tok/s), best of `repeats`; forward(ids, pos).
+
+    Decode is timed in windows of DECODE_WINDOW steps and the best window counts: on a
+    machine shared with other work, one descheduled thread stalls every step it takes
+    part in (llama.cpp's OpenMP barriers most), and a shorter window is likelier to fall
+    between such bursts. On a quiet machine the windows agree with the whole run.
+    """
+    reset()
+    forward(PROMPT[:32], 0)  # warm up
+    dec = pre = 0.0
+    for _ in range(repeats):
+        reset()
+        forward(PROMPT[:DECODE_CONTEXT], 0)
+        for w in range(0, n_dec, DECODE_WINDOW):
+            steps = min(DECODE_WINDOW, n_dec - w)
+            t0 = time.perf_counter()
+            for i in range(w, w + steps):
+                forward([7], DECODE_CONTEXT + i)
+            dec = max(dec, steps / (time.perf_counter() - t0))
+    for _ in range(repeats):
+        reset()
+        t0 = time.perf_counter()
+        forward(PROMPT, 0)
+        pre = max(pre, len(PROMPT) / (time.perf_counter() - t0))
+    return dec, pre
+
+
+def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> Rates:
+    from llama_cpp import Llama
+
+    from ninfer.gguf_export import weight_bytes_per_token
+
+    llm = Llama(model_path=str(gguf_path), n_ctx=N_CTX, n_batch=PREFILL_TOKENS,
+                n_ubatch=PREFILL_TOKENS, n_threads=threads, n_threads_batch=threads,
+                logits_all=False, verbose=False)
+
+    def forward(ids: list[int], pos: int) -> None:
+        assert pos == llm.n_tokens
+        llm.eval(ids)
+
+    dec, pre = _measure(forward, llm.reset, n_dec, repeats)
+    return Rates(dec, pre, weight_bytes_per_token(gguf_path))
+
+
+def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -> Rates | None:
+    """ninfer's numbers for weight format `fmt` (f32, f16, q8g32, q4g64); None if this
+    build of ninfer cannot compile that format yet.
+
+    HOOK for the quantized weight formats: compiles with `CompileOptions(weights=fmt)`
+    (the `ninfer-compile --weights FMT` option) once CompileOptions has a `weights` field;
+    until then only f32 runs. Times the compiled model's Python engine (same runtime and
+    kernels as the server). Weight bytes per token: the memory plan's weight bytes less
+    the embedding table (of which a step reads one row).
+    """
+    from ninfer.pipeline import CompileOptions, compile_model
+    from ninfer.runtime.engine import load_engine
+
+    extra: dict[str, Any] = {}
+    if "weights" in {f.name for f in dataclasses.fields(CompileOptions)}:
+        extra["weights"] = fmt
+    elif fmt != "f32":
+        return None
+    out = bench_dir() / f"{ckpt.name}-cpu-{fmt}"
+    result = compile_model(CompileOptions(model_dir=ckpt, out_dir=out,
+                                          model_id=f"{ckpt.name}-{fmt}", max_context=N_CTX,
+                                          max_prefill_chunk=PREFILL_TOKENS, **extra))
+    engine = load_engine(out, threads=threads)
+    # engine.forward(ids, pos) overwrites the KV cache from pos on: nothing to reset
+    dec, pre = _measure(engine.forward, lambda: None, n_dec, repeats)
+    plan = result.report_data["plan"]
+    cfg = json.loads((ckpt / "config.json").read_text())
+    embed = 0.0
+    if not cfg.get("tie_word_embeddings"):
+        embed = cfg["vocab_size"] * cfg["hidden_size"] * _bytes_per_weight(
+            plan["weights"].get("embed", "f32"))
+    return Rates(dec, pre, plan["memory"]["weights_bytes"] - embed)
+
+
+def _bytes_per_weight(fmt: str) -> float:
+    plain = {"f32": 4.0, "float32": 4.0, "f16": 2.0, "bf16": 2.0}
+    if fmt in plain:
+        return plain[fmt]
+    from ninfer.quant import bytes_per_weight  # the quantized formats' layouts
+
+    return float(bytes_per_weight(fmt))
+
+
+def _worker(args: argparse.Namespace) -> None:
+    rates: Rates | None
+    if args.worker == "llamacpp":
+        rates = llamacpp_rates(Path(args.target), args.threads, args.decode_tokens, args.repeats)
+    else:
+        ckpt = bench_dir() / args.model_name
+        rates = ninfer_rates(args.target, ckpt, args.threads, args.decode_tokens, args.repeats)
+    print("RESULT " + json.dumps(None if rates is None else dataclasses.asdict(rates)))
+
+
+def run_worker(kind: str, target: str, args: argparse.Namespace) -> Rates | None:
+    cmd = [sys.executable, __file__, "--worker", kind, "--target", target,
+           "--threads", str(args.threads), "--decode-tokens", str(args.decode_tokens),
+           "--repeats", str(args.repeats), "--model-name", args.model_name]
+    env = {**os.environ, "TVM_NUM_THREADS": str(args.threads), "OPENBLAS_NUM_THREADS": "1",
+           "OMP_NUM_THREADS": str(args.threads)}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            data = json.loads(line[len("RESULT "):])
+            return None if data is None else Rates(**data)
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+    print(f"  {kind} {target}: failed (rc {proc.returncode}): " + " | ".join(tail), flush=True)
+    return Rates(0.0, 0.0, 0.0, note="failed")
+
+
+# ------------------------------------------------------------------ main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--formats", default=",".join(q for q, _ in FORMATS),
+                    help="comma-separated GGUF types to run (F32,F16,Q8_0,Q4_0)")
+    ap.add_argument("--no-ninfer", action="store_true", help="time llama.cpp only")
+    ap.add_argument("--bandwidth", type=float, default=0.0,
+                    help="roofline in GB/s (default: the best numpy stream measured here)")
+    ap.add_argument("--model-name", default="qwen3-0.5b", help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["llamacpp", "ninfer"], help=argparse.SUPPRESS)
+    ap.add_argument("--target", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: one thread per slice
+    if args.worker:
+        _worker(args)
+        return
+
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: load average {load:.1f} before starting: other work on this machine "
+              "skews every number below", flush=True)
+    wanted = [f for f in FORMATS if f[0] in args.formats.split(",")]
+    ckpt = build_checkpoint(bench_dir() / args.model_name)
+    total, read = param_counts(ckpt)
+    paths = export_all(ckpt, [q for q, _ in wanted])
+    bw = memory_bandwidth(args.threads)
+    roof = args.bandwidth or max(bw.values())
+
+    rows = []
+    for qtype, fmt in wanted:
+        ref = run_worker("llamacpp", str(paths[qtype]), args)
+        ours = None if args.no_ninfer else run_worker("ninfer", fmt, args)
+        rows.append((qtype, fmt, ref, ours))
+        print(f"  measured {qtype} / {fmt}", flush=True)
+
+    m = MODEL
+    print(f"model: random Qwen3, {total / 1e6:.0f}M params ({m['num_hidden_layers']} layers, "
+          f"hidden {m['hidden_size']}, heads {m['num_attention_heads']}/"
+          f"{m['num_key_value_heads']} x {m['head_dim']}, ffn {m['intermediate_size']}, vocab "
+          f"{m['vocab_size']}, untied; {read / 1e6:.0f}M read per token); threads="
+          f"{args.threads}")
+    print(f"decode: {args.decode_tokens} steps from context {DECODE_CONTEXT}, best "
+          f"{DECODE_WINDOW}-step window of {args.repeats} runs; prefill: {PREFILL_TOKENS} "
+          f"tokens in one batch, best of {args.repeats}")
+    print(f"memory bandwidth (numpy, {args.threads} threads, 1 GiB): read {bw['read']:.1f} GB/s, "
+          f"add {bw['add']:.1f} GB/s; roofline {roof:.1f} GB/s; load average at the end "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"{'llama.cpp':<10}{'GB/tok':>7}{'decode':>9}{'roof':>6}{'prefill':>9}   "
+          f"{'ninfer':<7}{'GB/tok':>7}{'decode':>9}{'roof':>6}{'prefill':>9}   "
+          f"{'dec x':>6}{'pre x':>6}")
+
+    def cells(r: Rates | None) -> str:
+        if r is None:
+            return f"{'(not run)' if args.no_ninfer else '(format not built yet)':>31}"
+        if r.note:
+            return f"{'(' + r.note + ')':>31}"
+        frac = r.bytes_per_token * r.decode / 1e9 / roof
+        return (f"{r.bytes_per_token / 1e9:>7.3f}{r.decode:>7.1f}/s{frac:>6.0%}"
+                f"{r.prefill:>7.0f}/s")
+
+    for qtype, fmt, ref, ours in rows:
+        ratio = ""
+        if ref and ours and not ref.note and not ours.note:
+            ratio = f"{ours.decode / ref.decode:>6.2f}{ours.prefill / ref.prefill:>6.2f}"
+        print(f"{qtype:<10}{cells(ref)}   {fmt:<7}{cells(ours)}   {ratio}")
+    print("ratios: ninfer / llama.cpp; roof: weight bytes per token x tokens/s / roofline")
+
+
+if __name__ == "__main__":
+    main()
