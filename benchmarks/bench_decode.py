@@ -57,6 +57,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=256)
     ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--weights", default="f32",
+                    help="ninfer weight format (f32, f16, bf16, q8g32, q4g64, q4g128); "
+                         "transformers stays fp32")
     args = ap.parse_args()
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
     # numpy's OpenBLAS threads spin after each call and steal cores from ninfer's pool.
@@ -72,9 +75,11 @@ def main() -> None:
     root = DEFAULT_BUILD_DIR / "bench"
     ckpt = root / f"qwen3-{args.size}"
     build_checkpoint(ckpt, args.size)
-    out = root / f"qwen3-{args.size}-cpu"
-    compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id=f"qwen3-{args.size}",
-                                 max_context=1024, max_prefill_chunk=args.chunk))
+    suffix = "" if args.weights == "f32" else f"-{args.weights}"
+    out = root / f"qwen3-{args.size}-cpu{suffix}"
+    report = compile_model(CompileOptions(
+        model_dir=ckpt, out_dir=out, model_id=f"qwen3-{args.size}{suffix}", max_context=1024,
+        max_prefill_chunk=args.chunk, weights=args.weights)).report_data
     engine = load_engine(out, threads=args.threads)
 
     from transformers import AutoModelForCausalLM
@@ -114,9 +119,9 @@ def main() -> None:
     ref_dec = best_rate(hf_decode, n_dec, 3)
     ref_pre = best_rate(hf_prefill, len(prompt), 3)
 
-    gb = params * 4 / 1e9
-    print(f"model: random Qwen3 '{args.size}', {params / 1e6:.0f}M params, fp32 weights "
-          f"{gb:.2f} GB; threads={args.threads}")
+    gb = report["plan"]["memory"]["weights_bytes"] / 1e9
+    print(f"model: random Qwen3 '{args.size}', {params / 1e6:.0f}M params, {args.weights} "
+          f"weights {gb:.2f} GB (embedding table included); threads={args.threads}")
     print(f"{'':10}{'ninfer':>12}{'transformers':>14}{'ratio':>8}")
     print(f"{'decode':10}{ours_dec:>10.1f}/s{ref_dec:>12.1f}/s{ours_dec / ref_dec:>8.2f}")
     print(f"{'prefill':10}{ours_pre:>10.1f}/s{ref_pre:>12.1f}/s{ours_pre / ref_pre:>8.2f}")
