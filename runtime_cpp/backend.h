@@ -27,6 +27,7 @@ class Arena {
 
   float* floats(size_t count);     // zeroed, 64-byte aligned
   int32_t* ints(size_t count);     // zeroed, 64-byte aligned
+  void* bytes(size_t count);       // zeroed, 64-byte aligned (e.g. a KV pool in its format)
   // A weight from the artifact where kernels can read it (checked by name and shape).
   const float* weight(const Artifact& artifact, const std::string& name,
                       const std::vector<int64_t>& shape);

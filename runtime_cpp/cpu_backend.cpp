@@ -146,8 +146,18 @@ int free_workspace(int, int, void* ptr) {
 void set_num_threads(int n) { pool().resize(n < 1 ? 1 : n); }
 int num_threads() { return pool().size(); }
 
+void KernelArgs::reserve_arg(const char* what) {
+  if (num_args_ >= kMaxArgs)
+    throw std::length_error(std::string("kernel call with more than ") +
+                            std::to_string(kMaxArgs) + " arguments (at a " + what + ")");
+}
+
 KernelArgs& KernelArgs::tensor(const void* data, DLDataType dtype,
                                std::initializer_list<int64_t> shape) {
+  reserve_arg("tensor");
+  if (shape.size() > kMaxDims)
+    throw std::length_error("kernel tensor argument with " + std::to_string(shape.size()) +
+                            " dimensions; at most " + std::to_string(kMaxDims));
   const int i = num_args_++;
   DLTensor& t = tensors_[i];
   t.data = const_cast<void*>(data);
@@ -165,6 +175,7 @@ KernelArgs& KernelArgs::tensor(const void* data, DLDataType dtype,
 }
 
 KernelArgs& KernelArgs::scalar(int64_t value) {
+  reserve_arg("scalar");
   const int i = num_args_++;
   args_[i].type_index = kTVMFFIInt;
   args_[i].v_int64 = value;

@@ -39,9 +39,13 @@ class KernelArgs {
   void call(PackedKernel fn, const char* name);
 
  private:
-  static constexpr int kMaxArgs = 8;
+  // The widest kernel: attention over quantized pools (q, 2 x (values, scales), pos, seq,
+  // block tables, out) = 9; a stub with more arguments throws instead of overflowing.
+  static constexpr int kMaxArgs = 12;
+  static constexpr int kMaxDims = 4;
+  void reserve_arg(const char* what);
   DLTensor tensors_[kMaxArgs]{};
-  int64_t shapes_[kMaxArgs][4]{};
+  int64_t shapes_[kMaxArgs][kMaxDims]{};
   TVMFFIAny args_[kMaxArgs]{};
   int num_args_ = 0;
 };

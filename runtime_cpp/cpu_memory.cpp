@@ -28,6 +28,7 @@ Arena::~Arena() {
 
 float* Arena::floats(size_t count) { return static_cast<float*>(impl_->alloc(count * 4)); }
 int32_t* Arena::ints(size_t count) { return static_cast<int32_t*>(impl_->alloc(count * 4)); }
+void* Arena::bytes(size_t count) { return impl_->alloc(count); }
 
 const float* Arena::weight(const Artifact& artifact, const std::string& name,
                            const std::vector<int64_t>& shape) {

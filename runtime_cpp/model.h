@@ -30,6 +30,7 @@ struct ModelInfo {
   int kv_blocks = 0;        // blocks in the pool, block 0 reserved
   int blocks_per_seq = 0;   // block-table width: max_context / kv_block_size
   size_t kv_bytes_per_block = 0;  // all layers, keys and values
+  std::string kv_dtype = "f32";   // KV-cache format (ninfer.kv_formats)
 };
 
 // One step. Rows of one sequence should be contiguous with consecutive positions.

@@ -539,9 +539,9 @@ int run(int argc, char** argv) {
               server.model_id.c_str(), compiled.target.c_str(), backend::describe().c_str(),
               engine.context_limit());
   std::printf("ninfer-server: %d concurrent requests, %d tokens per step, KV cache %d blocks "
-              "of %d tokens, %s waiting\n",
+              "of %d tokens in %s, %s waiting\n",
               engine.max_concurrency(), engine.step_tokens(), engine.kv_blocks_total(),
-              engine.info().kv_block_size,
+              engine.info().kv_block_size, engine.info().kv_dtype.c_str(),
               opt.max_pending > 0 ? ("up to " + std::to_string(opt.max_pending)).c_str()
                                   : "unbounded");
   std::printf("ninfer-server listening on http://%s:%d\n", opt.host.c_str(), port);

@@ -23,7 +23,9 @@ BASE = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_siz
 
 
 def _tensors(cfg, skip=()):
-    h, inter, d = cfg["hidden_size"], cfg["intermediate_size"], 16
+    cfg = {**BASE, **cfg}
+    h, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    d = cfg.get("head_dim", h // cfg["num_attention_heads"])
     q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
     shapes = {"model.embed_tokens.weight": (64, h), "model.norm.weight": (h,),
               "model.layers.0.input_layernorm.weight": (h,),
@@ -45,7 +47,7 @@ def make_ckpt(tmp_path, cfg=BASE, skip=(), shards=1):
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
-    tensors = _tensors(BASE, skip)
+    tensors = _tensors(cfg, skip)
     if shards == 1:
         save_file(tensors, str(tmp_path / "model.safetensors"))
     else:

@@ -39,6 +39,10 @@ console = Console(stderr=True)
 @click.option("--weights-override", "weight_overrides", multiple=True, metavar="ROLE=FORMAT",
               help="Per-role format, e.g. lm_head=q8g32 (roles: q k v o gate_up down "
                    "lm_head); repeatable.")
+@click.option("--kv-dtype", default="f32", show_default=True,
+              type=click.Choice(["f32", "f16", "bf16", "fp8", "int8", "int4"]),
+              help="Storage format of the KV cache: floats, fp8 e4m3, or int8/int4 with an "
+                   "fp16 scale per 32 values (int4 keys Hadamard-rotated); cpu target.")
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
@@ -53,7 +57,8 @@ console = Console(stderr=True)
                    "shared memory, CTAs/SM, resident budget, largest size that fits.")
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
          max_context: int, max_prefill_chunk: int, max_concurrency: int, kv_capacity: str,
-         weights: str, weight_overrides: tuple[str, ...], memory_gib: float | None,
+         weights: str, weight_overrides: tuple[str, ...], kv_dtype: str,
+         memory_gib: float | None,
          no_python_module: bool, dump_dir: Path | None, prefill_projections: str,
          explain: bool) -> None:
     """Compile a checkpoint for a target into a standalone ninfer-server."""
@@ -81,6 +86,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                           max_prefill_chunk=max_prefill_chunk, max_concurrency=max_concurrency,
                           kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
                           weights=weights, weight_overrides=tuple(overrides),
+                          kv_dtype=kv_dtype,
                           memory_gib=memory_gib,
                           python_module=not no_python_module, dump_dir=dump_dir,
                           prefill_projections=prefill_projections)
@@ -100,7 +106,9 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                   f"{mem['activation_bytes'] / 2**20:.1f} MiB")
     kv = result.report_data["plan"]["kv"]
     console.print(f"  KV pool: {kv['tokens']} tokens in {kv['blocks'] - 1} blocks of "
-                  f"{kv['block_size']} ({kv['bytes_per_block']} B per block)")
+                  f"{kv['block_size']} ({kv['dtype']}, {kv['bytes_per_token']} B per token)")
+    console.print("  memory left after weights and activations holds: " + ", ".join(
+        f"{f} {m['tokens']}" for f, m in kv["memory_tokens"].items()) + " tokens")
     console.print(f"[green]built[/green] {result.server}")
     print(result.out_dir)
 

@@ -40,6 +40,7 @@ class CompileOptions:
     kv_capacity: int = 0  # tokens; 0 = auto
     weights: str = "f32"  # matmul weight format (plan.FORMAT_WDTYPES)
     weight_overrides: tuple[tuple[str, str], ...] = ()  # (role, format), e.g. lm_head
+    kv_dtype: str = "f32"  # KV-cache format (ninfer.kv_formats)
     memory_gib: float | None = None
     python_module: bool = True
     dump_dir: Path | None = None
@@ -117,6 +118,10 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
             raise FrontendError(f"--weights {', '.join(other)}: the CUDA kernels read f32 "
                                 f"weights only so far; compile {target.name} with --weights "
                                 "f32 (quantized formats run on the cpu target)")
+        if plan.kv.dtype != "f32":
+            raise FrontendError(f"--kv-dtype {plan.kv.dtype}: the CUDA attention reads an f32 "
+                                f"KV cache only so far; compile {target.name} with --kv-dtype "
+                                "f32 (the other KV formats run on the cpu target)")
         verified = _verify_cuda_kernels(plan, target, graph, opts.kernel_cache)
         backend = _cuda_backend_values(verified, plan)
         if projections == "coop":
@@ -245,7 +250,8 @@ def _frontend(model_dir: Path) -> _Frontend:
 
 def _limits(opts: CompileOptions) -> ServeLimits:
     return ServeLimits(opts.max_context, min(opts.max_prefill_chunk, opts.max_context),
-                       max_concurrency=opts.max_concurrency, kv_capacity=opts.kv_capacity)
+                       max_concurrency=opts.max_concurrency, kv_capacity=opts.kv_capacity,
+                       kv_dtype=opts.kv_dtype)
 
 
 def _formats(opts: CompileOptions) -> WeightFormats:

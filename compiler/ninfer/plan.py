@@ -21,6 +21,13 @@ from ninfer.kernels.spec import (
     RopeSpec,
     SiluMulSpec,
 )
+from ninfer.kv_formats import (
+    KV_DTYPES,
+    check_head_dim,
+    kv_format,
+    pool_bytes_per_row,
+    rotation_block,
+)
 from ninfer.targets import Target
 
 
@@ -66,6 +73,7 @@ class ServeLimits:
     gemv_max_rows: int = 4  # row counts up to this use the GEMV schedule, above it GEMM
     kv_block_size: int = 16  # tokens per KV block
     kv_capacity: int = 0  # tokens in the KV pool; 0 = auto (every slot at full context)
+    kv_dtype: str = "f32"  # storage format of the KV cache (ninfer.kv_formats)
 
     def validate(self, graph: ModelGraph) -> None:
         cfg = graph.config
@@ -84,6 +92,13 @@ class ServeLimits:
                             "one row per step")
         if self.kv_block_size not in (8, 16, 32, 64):
             raise PlanError(f"kv block size {self.kv_block_size} must be 8, 16, 32 or 64")
+        if self.kv_dtype not in KV_DTYPES:
+            raise PlanError(f"--kv-dtype {self.kv_dtype!r} is not one of "
+                            f"{', '.join(KV_DTYPES)}")
+        try:
+            check_head_dim(self.kv_dtype, cfg.head_dim)
+        except ValueError as e:
+            raise PlanError(str(e)) from None
         if self.kv_capacity and self.kv_capacity < self.max_context:
             raise PlanError(f"--kv-capacity {self.kv_capacity} tokens cannot hold one sequence "
                             f"of --max-context {self.max_context}; raise it or lower the "
@@ -101,10 +116,18 @@ class KvPlan:
     block_size: int
     blocks: int
     bytes_per_block: int  # all layers, keys and values
+    dtype: str = "f32"
+    # (kv dtype, bytes per token, tokens the memory left after weights, activations and
+    # workspace would hold in that format): what --kv-capacity auto can reach per format
+    memory_tokens: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def tokens(self) -> int:
         return (self.blocks - 1) * self.block_size
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.bytes_per_block // self.block_size
 
 
 @dataclass(frozen=True)
@@ -141,7 +164,10 @@ class Plan:
             "kernels": {role: spec.name() for role, spec in self.kernels.items()},
             "buffers": self.buffers,
             "memory": {**asdict(self.memory), "total_bytes": self.memory.total_bytes},
-            "kv": {**asdict(self.kv), "tokens": self.kv.tokens},
+            "kv": {**asdict(self.kv), "tokens": self.kv.tokens,
+                   "bytes_per_token": self.kv.bytes_per_token,
+                   "memory_tokens": {f: {"bytes_per_token": b, "tokens": t}
+                                     for f, b, t in self.kv.memory_tokens}},
             "weights": {role: self.weights.of(role) for role in MATMUL_ROLES},
         }
 
@@ -188,7 +214,8 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     activation_bytes = 4 * (chunk * sum(buffers.values()) + conc * (h + v))
     workspace_bytes = 64 << 20
     bs = limits.kv_block_size
-    block_bytes = 2 * cfg.num_layers * bs * kv_dim * 4
+    kvd = limits.kv_dtype
+    block_bytes = 2 * cfg.num_layers * bs * pool_bytes_per_row(kvd, cfg.num_kv_heads, d)
     left = target.memory_bytes - weights_bytes - activation_bytes - workspace_bytes
     if limits.kv_capacity:
         blocks = -(-limits.kv_capacity // bs) + 1
@@ -202,22 +229,28 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
             f"{_size(target.memory_bytes)}: weights {_size(weights_bytes)} + activations "
             f"{_size(activation_bytes)} + workspace {_size(workspace_bytes)} leave "
             f"{_size(max(0, left))} for the KV cache, which needs {_size(kv_need)} for "
-            f"{max(blocks, need) - 1} blocks of {bs} tokens ({block_bytes} B each; at least "
-            f"one sequence of {limits.max_context} tokens); lower --max-context or "
-            "--kv-capacity, or raise --memory-gib")
-    kv = KvPlan(bs, blocks, block_bytes)
+            f"{max(blocks, need) - 1} blocks of {bs} tokens ({block_bytes} B each in {kvd}; "
+            f"at least one sequence of {limits.max_context} tokens); lower --max-context or "
+            "--kv-capacity, pick a smaller --kv-dtype, or raise --memory-gib")
+    per_token = {f: 2 * cfg.num_layers * pool_bytes_per_row(f, cfg.num_kv_heads, d)
+                 for f in KV_DTYPES if _suits(f, d)}
+    kv = KvPlan(bs, blocks, block_bytes, kvd,
+                tuple((f, b, max(0, left) // (b * bs) * bs) for f, b in per_token.items()))
     memory = MemoryPlan(weights_bytes, blocks * block_bytes, activation_bytes,
                         workspace_bytes=workspace_bytes, budget_bytes=target.memory_bytes)
 
+    # int4 keys are stored Hadamard-rotated (ninfer.kv_formats)
+    rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0
     kernels: dict[str, Any] = {
         "embed": EmbeddingSpec(v, h),
         "norm": RMSNormSpec(h, cfg.rms_norm_eps),
         "head_norm": RMSNormSpec(d, cfg.rms_norm_eps),
         "rope_q": RopeSpec(cfg.num_heads, d, limits.max_context),
         "rope_k": RopeSpec(cfg.num_kv_heads, d, limits.max_context),
-        "kv_store": KvStoreSpec(kv_dim, blocks * bs),
+        "kv_store_k": KvStoreSpec(kv_dim, blocks * bs, kvd, d, rot),
+        "kv_store_v": KvStoreSpec(kv_dim, blocks * bs, kvd, d),
         "attention": AttentionSpec(cfg.num_heads, cfg.num_kv_heads, d, limits.max_context, bs,
-                                   conc, blocks),
+                                   conc, blocks, kvd, rot),
         "silu_mul": SiluMulSpec(inter),
         "add": AddSpec(h),
         "gather": EmbeddingSpec(chunk, h),  # rows whose logits are wanted
@@ -235,13 +268,21 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
 
     # Vectorized kernels assume every row of a buffer or of the KV pool starts 64-byte
     # aligned like the buffer base.
-    if (kv_dim * 4) % 64:
+    if kvd == "f32" and (kv_dim * 4) % 64:
         raise PlanError(f"num_key_value_heads x head_dim = {kv_dim} floats is not a multiple "
                         "of 16; this KV layout needs 64-byte aligned rows")
     if (h * 4) % 64:
         raise PlanError(f"hidden_size {h} is not a multiple of 16; rows of the hidden "
                         "state must stay 64-byte aligned")
     return Plan(limits, kernels, buffers, memory, kv, weights)
+
+
+def _suits(kv_dtype: str, head_dim: int) -> bool:
+    try:
+        check_head_dim(kv_dtype, head_dim)
+    except ValueError:
+        return False
+    return True
 
 
 def _size(n: int) -> str:

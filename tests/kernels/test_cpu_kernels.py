@@ -12,6 +12,7 @@ must lie in a range, a line in `_int_input`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import numpy as np
 import pytest
 import tvm
 
+from ninfer import kv_formats
 from ninfer.kernels import (
     AddSpec,
     AttentionSpec,
@@ -136,10 +138,32 @@ ATTN_CASES = [
 KV_STORE_CASES = [KvStoreSpec(width=64, pool_rows=100), KvStoreSpec(width=130, pool_rows=40)]
 
 
+def _kv(spec: AttentionSpec, kv_dtype: str) -> AttentionSpec:
+    """`spec` over pools in `kv_dtype` (int4: rotated keys, as the plan compiles it)."""
+    rot = kv_formats.rotation_block(spec.head_dim) if kv_dtype == "int4" else 0
+    return dataclasses.replace(spec, kv_dtype=kv_dtype, rotate=rot)
+
+
+KV_DTYPES = [f for f in kv_formats.KV_DTYPES if f != "f32"]
+# Every KV format: a decode step of 3 slots, a prefill chunk with a tail, a mixed step
+# (head_dim 32, 64 and 128: one, two and four scale groups; GQA 1, 4 and 4).
+KV_ATTN_CASES = [
+    AttnCase(_kv(spec, f), segments) for f in KV_DTYPES for spec, segments in (
+        (_attn(4, 4, 32, 256), ((0, 40, 1), (1, 80, 1), (2, 120, 1))),
+        (_attn(8, 2, 128, 256), ((0, 3, 33),)),
+        (_attn(8, 2, 64, 256), ((2, 77, 1), (0, 5, 1), (1, 0, 13))),
+    )
+]
+KV_FORMAT_STORES = [
+    KvStoreSpec(width=128, pool_rows=40, kv_dtype=f, head_dim=32,
+                rotate=32 if f == "int4" else 0) for f in KV_DTYPES
+] + [KvStoreSpec(width=256, pool_rows=40, kv_dtype="int4", head_dim=128, rotate=128)]
+
+
 @pytest.fixture(scope="module")
 def kernels() -> tvm.runtime.Executable:
-    specs = [case.spec for case in CASES] + [case.spec for case in ATTN_CASES]
-    return build_cpu_module(specs + KV_STORE_CASES)
+    specs = [case.spec for case in CASES] + [case.spec for case in ATTN_CASES + KV_ATTN_CASES]
+    return build_cpu_module(specs + KV_STORE_CASES + KV_FORMAT_STORES)
 
 
 def attention_inputs(case: AttnCase, rng: np.random.Generator) -> list[np.ndarray]:
@@ -208,6 +232,58 @@ def test_kv_store_writes_only_its_rows(kernels: tvm.runtime.Executable,
         if 0 <= r < spec.pool_rows:  # out-of-range rows are skipped
             want[r] = reference(spec, x, rows)[i]
     assert np.array_equal(out.numpy(), want)
+
+
+@pytest.mark.parametrize("case", KV_ATTN_CASES, ids=lambda c: c.id)
+def test_attention_reads_kv_formats(kernels: tvm.runtime.Executable, case: AttnCase) -> None:
+    """Attention over pools stored in a KV format equals the float64 reference over the
+    exactly decoded pools (rotated keys against rotated queries), to float32 rounding."""
+    q, k, v, pos, seq, tables = attention_inputs(case, np.random.default_rng(
+        zlib.crc32(case.id.encode())))
+    k, v = np.nan_to_num(k), np.nan_to_num(v)  # unread rows: any finite value encodes
+    kparts = kv_formats.encode(case.spec.kv_dtype, k, rotate=case.spec.rotate > 0)
+    vparts = kv_formats.encode(case.spec.kv_dtype, v)
+    inputs = [q, *kparts, *vparts, pos, seq, tables]
+    out = tvm.runtime.tensor(np.full(q.shape, np.nan, np.float32))
+    kernels[case.spec.name()](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs),
+                              out)
+    ref = reference(case.spec, *inputs)
+    err = np.linalg.norm(out.numpy() - ref) / np.linalg.norm(ref)
+    assert err <= TOL, f"{case.id}: relative error {err:.3g} > {TOL:g}"
+
+
+@pytest.mark.parametrize("spec", KV_FORMAT_STORES, ids=lambda s: s.name())
+def test_kv_store_encodes_like_the_reference(kernels: tvm.runtime.Executable,
+                                             spec: KvStoreSpec) -> None:
+    """The store writes exactly kv_formats.encode's bytes into valid rows (rotated int4:
+    the float32 rotation may land a value on the other side of a rounding tie, so the
+    decoded values may differ by one quantization step there) and nothing elsewhere."""
+    rng = np.random.default_rng(spec.width)
+    rows = np.array([3, spec.pool_rows - 1, 0, -1, spec.pool_rows, 17], np.int32)
+    # magnitudes from 1e-3 to 300: fp8 subnormals and saturation, f16 and int ranges
+    x = (rng.standard_normal((len(rows), spec.width))
+         * rng.choice([1e-3, 0.1, 3.0, 300.0], (len(rows), spec.width))).astype(np.float32)
+    kvh, d = spec.kv_heads, spec.head_dim
+    parts = kv_formats.pool_parts(spec.kv_dtype, spec.pool_rows, kvh, d)
+    pools = [rng.integers(0, 255, shape, np.uint8).view(dt) if np.dtype(dt).itemsize == 1
+             else rng.standard_normal(shape).astype(dt) for _, dt, shape in parts]
+    outs = [tvm.runtime.tensor(p) for p in pools]
+    kernels[spec.name()](tvm.runtime.tensor(x), tvm.runtime.tensor(rows), *outs)
+    want = [p.copy() for p in pools]
+    enc = kv_formats.encode(spec.kv_dtype, x.reshape(len(rows), kvh, d), rotate=spec.rotate > 0)
+    for i, r in enumerate(rows):
+        if 0 <= r < spec.pool_rows:
+            for w, e in zip(want, enc):
+                w[r] = e[i]
+    got = [o.numpy() for o in outs]
+    if not spec.rotate:
+        for g, w in zip(got, want):
+            assert np.array_equal(g.view(np.uint8), w.view(np.uint8))
+        return
+    dec_got, dec_want = kv_formats.decode("int4", got), kv_formats.decode("int4", want)
+    step = np.repeat(np.abs(want[1].astype(np.float64)), kv_formats.KV_GROUP, axis=-1)
+    assert np.all(np.abs(dec_got - dec_want) <= step * 1.001 + 1e-12)
+    assert np.mean(dec_got == dec_want) > 0.99
 
 
 def _int_input(spec: KernelSpec, name: str, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,9 +1,10 @@
-"""`ninfer-bench accuracy`: how far each weight format drifts from float32.
+"""`ninfer-bench accuracy`: how far each weight and KV-cache format drifts from float32.
 
-Every format is compiled for the CPU (one build per format, cached under the output
-directory) and run teacher-forced over a fixed text set: the same token sequence is fed
-one token at a time, and at every position the format's next-token distribution is
-compared with the float32 build's:
+A format is a weight format (`q8g32`), a KV-cache format (`kv:int8`, float32 weights),
+or both (`q4g64+kv:int4`). Every format is compiled for the CPU (one build per format,
+cached under the output directory) and run teacher-forced over a fixed text set: the
+same token sequence is fed one token at a time, and at every position the format's
+next-token distribution is compared with the float32 build's:
 
 - top-1 agreement: the fraction of positions whose argmax is the same;
 - mean KL(float32 || format) of the next-token distributions, in nats;
@@ -53,14 +54,27 @@ def text_tokens(checkpoint: Path, tokens: int) -> list[list[int]]:
     return [ids[i:i + seq] for i in range(0, min(tokens, len(ids)) - 1, seq)]
 
 
+def parse_format(fmt: str) -> tuple[str, str]:
+    """'q4g64+kv:int4' -> ('q4g64', 'int4'); 'kv:fp8' -> ('f32', 'fp8'); 'q8g32' ->
+    ('q8g32', 'f32')."""
+    weights, kv = "f32", "f32"
+    for part in fmt.split("+"):
+        if part.startswith("kv:"):
+            kv = part[3:]
+        elif part:
+            weights = part
+    return weights, kv
+
+
 def build(checkpoint: Path, fmt: str, out_root: Path, model_id: str) -> Path:
     from ninfer.pipeline import CompileOptions, compile_model
 
-    out = out_root / f"{model_id}-{fmt}"
+    weights, kv = parse_format(fmt)
+    name = f"{model_id}-{fmt.replace(':', '-').replace('+', '-')}"
+    out = out_root / name
     compile_model(CompileOptions(model_dir=checkpoint, target="cpu", out_dir=out,
-                                 model_id=f"{model_id}-{fmt}", max_context=256,
-                                 max_prefill_chunk=16, max_concurrency=1,
-                                 weights=fmt))
+                                 model_id=name, max_context=256, max_prefill_chunk=16,
+                                 max_concurrency=1, weights=weights, kv_dtype=kv))
     return out
 
 
@@ -115,10 +129,10 @@ def run_accuracy(checkpoint: Path, formats: list[str], out_root: Path, tokens: i
 
 
 def format_table(rows: list[FormatAccuracy]) -> list[str]:
-    lines = [f"{'format':<8}{'positions':>10}{'top-1 agree':>13}{'mean KL':>11}"
+    lines = [f"{'format':<14}{'positions':>10}{'top-1 agree':>13}{'mean KL':>11}"
              f"{'max KL':>10}{'ppl':>10}{'ppl delta':>11}"]
     for r in rows:
-        lines.append(f"{r.format:<8}{r.positions:>10}{r.top1_agreement:>13.4f}"
+        lines.append(f"{r.format:<14}{r.positions:>10}{r.top1_agreement:>13.4f}"
                      f"{r.mean_kl:>11.2e}{r.max_kl:>10.2e}{r.perplexity:>10.2f}"
                      f"{r.perplexity_delta:>+11.2%}")
     return lines

@@ -1,5 +1,5 @@
 """`ninfer-bench soak|serving [BUILD_DIR]`: load-test a compiled model's server;
-`ninfer-bench accuracy CHECKPOINT`: drift of each weight format against float32.
+`ninfer-bench accuracy CHECKPOINT`: drift of each weight / KV-cache format against float32.
 
 Each command starts BUILD_DIR's ninfer-server (and stops it afterwards), or with --url
 uses a server that is already running. Exit status: 0 passed, 1 a check failed (soak),
@@ -187,8 +187,10 @@ def serving(build_dir: Path | None, url: str | None, threads: int | None,
 
 @main.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--formats", default="f16,q8g32,q4g64,q4g128", show_default=True,
-              help="Weight formats to compare with f32 (comma list).")
+@click.option("--formats", default="f16,q8g32,q4g64,q4g128,kv:f16,kv:fp8,kv:int8,kv:int4",
+              show_default=True,
+              help="Formats to compare with f32 (comma list): weight formats, KV-cache "
+                   "formats as kv:DTYPE, or both as WEIGHTS+kv:DTYPE.")
 @click.option("--tokens", default=512, show_default=True, type=click.IntRange(16),
               help="Positions of the fixed text set.")
 @click.option("--threads", default=2, show_default=True, type=click.IntRange(1))
@@ -199,7 +201,7 @@ def serving(build_dir: Path | None, url: str | None, threads: int | None,
               help="Also write the results as JSON here.")
 def accuracy(checkpoint: Path, formats: str, tokens: int, threads: int, out_root: Path,
              json_path: Path | None) -> None:
-    """Top-1 agreement, KL divergence and perplexity of each weight format vs. f32."""
+    """Top-1 agreement, KL divergence and perplexity of each weight/KV format vs. f32."""
     from ninfer.bench.accuracy import format_table, run_accuracy, to_json
 
     try:

@@ -12,7 +12,7 @@ import jinja2
 import pybind11
 import tvm_ffi
 
-from ninfer.codegen.stubs import make_stub, weight_parts
+from ninfer.codegen.stubs import kv_parts, make_stub, weight_parts
 from ninfer.frontend.graph import ModelGraph
 from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
 from ninfer.plan import MATMUL_ROLES, Plan
@@ -104,6 +104,7 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "kernels": kernels,
         "wparts": {role: weight_parts(role, plan.kernels[f"{role}_gemv"])
                    for role in MATMUL_ROLES},
+        "kvparts": kv_parts(plan.kernels["attention"]),
         "stubs": stubs,
         "buffers": plan.buffers,
         "runtime_dir": str(RUNTIME_DIR),

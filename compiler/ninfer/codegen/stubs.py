@@ -22,6 +22,9 @@ _DLTYPES = {"float32": "cpu::f32()", "int32": "cpu::i32()", "float16": "cpu::f16
 
 
 
+CPU_MAX_ARGS = 12  # KernelArgs::kMaxArgs in runtime_cpp/cpu_backend.h
+
+
 @dataclass(frozen=True)
 class StubParam:
     name: str
@@ -81,6 +84,30 @@ def weight_parts(role: str, spec: Any) -> list[WeightPart]:
     return parts
 
 
+@dataclass(frozen=True)
+class KvPart:
+    """One array of a KV pool (ninfer.kv_formats): the values, or their scales."""
+
+    suffix: str  # member k_pool<suffix>_ / v_pool<suffix>_, kernel argument k_pool<suffix>
+    ctype: str
+    row_bytes: int  # bytes per pool row (one token of one layer)
+
+
+def kv_parts(attention: Any) -> list[KvPart]:
+    """The arrays of each KV pool of an attention spec, in kernel-argument order."""
+    parts = []
+    for a in attention.pool_args("k_pool"):
+        row_elems = 1
+        for d in a.shape[1:]:
+            row_elems *= int(d)
+        parts.append(KvPart(a.name[len("k_pool"):], _CTYPES[a.dtype],
+                            row_elems * _ITEMSIZE[a.dtype]))
+    return parts
+
+
+_ITEMSIZE = {"float32": 4, "float16": 2, "uint16": 2, "int8": 1, "uint8": 1}
+
+
 def make_stub(spec: Any) -> KernelStub:
     params = []
     rows = False
@@ -89,5 +116,9 @@ def make_stub(spec: Any) -> KernelStub:
         rows = rows or "n" in shape
         params.append(StubParam(
             name=arg.name, kind=arg.kind, ctype=_CTYPES[arg.dtype],
-            dltype=_DLTYPES.get(arg.dtype, ""), shape=shape, output=arg.name == "out"))
+            dltype=_DLTYPES.get(arg.dtype, ""), shape=shape,
+            output=arg.name == "out" or arg.name.startswith("out_")))
+    if len(params) + rows > CPU_MAX_ARGS:
+        raise ValueError(f"{spec.name()} takes {len(params) + rows} arguments; the CPU "
+                         f"launcher (runtime_cpp/cpu_backend.h KernelArgs) holds {CPU_MAX_ARGS}")
     return KernelStub(spec.name(), spec.family, tuple(params), rows)

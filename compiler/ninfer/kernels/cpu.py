@@ -15,8 +15,8 @@ import tvm
 from tvm import tirx
 
 from ..quant import format_info
-from . import cpu_attention, cpu_elementwise, cpu_matmul, cpu_qmatmul
-from .spec import KernelSpec, MatmulSpec
+from . import cpu_attention, cpu_elementwise, cpu_kv, cpu_matmul, cpu_qmatmul
+from .spec import KernelSpec, KvStoreSpec, MatmulSpec
 
 
 def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
@@ -24,6 +24,13 @@ def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
     if format_info(spec.wdtype).quantized:
         return cpu_qmatmul.qmatmul(spec)
     return cpu_matmul.matmul(spec)
+
+
+def _kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
+    """float32 pools: a row copy; other KV formats: cpu_kv."""
+    if spec.kv_dtype == "f32" and not spec.rotate:
+        return cpu_elementwise.kv_store(spec)
+    return cpu_kv.kv_store(spec)
 
 
 _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
@@ -34,7 +41,7 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "silu_mul": cpu_elementwise.silu_mul,
     "add": cpu_elementwise.add,
     "attention": cpu_attention.attention,
-    "kv_store": cpu_elementwise.kv_store,
+    "kv_store": _kv_store,
 }
 
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
+from ..kv_formats import KV_GROUP, kv_format
 from .cpu_common import (
     F32,
-    LINE_FLOATS,
     VECTOR_LANES,
     f32,
     fast_exp,
@@ -44,6 +44,7 @@ from .cpu_common import (
     prefetch,
     scratch,
 )
+from .cpu_kv import hadamard, line_elems, load, storage_width
 from .spec import AttentionSpec
 
 VW = VECTOR_LANES
@@ -80,8 +81,16 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
     DV = D // VW
     B = KEY_BLOCK
     BV = B // VW
-    LINES = -(-D // LINE_FLOATS)  # cache lines per key row
-    scale = D**-0.5
+    KVD = spec.kv_dtype
+    DS = storage_width(KVD, D)  # stored elements per head vector
+    LE = line_elems(KVD)
+    LINES = -(-DS // LE)  # cache lines per key row
+    SCALED = len(spec.pool_args("k_pool")) > 1
+    ROT = spec.rotate > 0
+    rotate = hadamard(D, spec.rotate) if ROT else None
+    # rotated keys: H k is stored with H normalized; the queries get the same rotation,
+    # its 1/sqrt(P) folded into the softmax scale
+    scale = D**-0.5 * (spec.rotate**-0.5 if ROT else 1.0)
 
     def phys(bt, s, j):
         """Pool row of key j of slot s."""
@@ -89,7 +98,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
         return block * BS + j % BS
 
     @T.macro
-    def attend(q, kc, vc, out, pos, seq, bt, i0, g, h0, M):
+    def attend(q, kc, ks, vc, vs, out, pos, seq, bt, i0, g, h0, M):
         # Rows i0..i0+M-1 x heads h0..h0+S-1 (all reading kv head g) = R query vectors,
         # r = row * S + head.
         R = T.meta_var(M * S)
@@ -116,21 +125,24 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                 for v in T.vectorized(VW):
                     qs[r, dv * VW + v] = q[i0 + r // S, h0 + r % S, dv * VW + v] * f32(scale)
                     acc[r, dv * VW + v] = f32(0.0)
+            if ROT:
+                rotate(qs, r)
         for jb in range((last + B) // B):
             # 1. scores of this key block
             for jj in range(B):
                 jc = T.bind(phys(bt, s, T.min(jb * B + jj, last)))
                 jn = T.bind(phys(bt, s, T.min(jb * B + jj + B, last)))
                 for line in T.unroll(LINES):  # values for step 3, keys of the next block
-                    T.evaluate(prefetch(vc, jc, g, line * LINE_FLOATS))
-                    T.evaluate(prefetch(kc, jn, g, line * LINE_FLOATS))
+                    T.evaluate(prefetch(vc, jc, g, line * LE))
+                    T.evaluate(prefetch(kc, jn, g, line * LE))
                 for r in T.unroll(R):
                     for v in T.vectorized(VW):
                         dot[r, v] = f32(0.0)
                 for dv in range(DV):
                     for r in T.unroll(R):
                         for v in T.vectorized(VW):
-                            dot[r, v] = dot[r, v] + qs[r, dv * VW + v] * kc[jc, g, dv * VW + v]
+                            dot[r, v] = dot[r, v] + qs[r, dv * VW + v] * load(
+                                KVD, kc, ks, jc, g, dv, v)
                 for r in T.unroll(R):
                     sc[r, jj] = T.Select(jb * B + jj <= first + r // S, hsum(dot, r), f32(NEG))
             # 2. online softmax update
@@ -163,7 +175,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                             for v in T.vectorized(VW):
                                 pv[r, d * VW + v] = (
                                     pv[r, d * VW + v]
-                                    + sc[r, jj] * vc[jc, g, (dc * DC + d) * VW + v]
+                                    + sc[r, jj] * load(KVD, vc, vs, jc, g, dc * DC + d, v)
                                 )
                 for r in T.unroll(R):
                     for d in T.unroll(DC):
@@ -175,25 +187,8 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                 for v in T.vectorized(VW):
                     out[i0 + r // S, h0 + r % S, dv * VW + v] = acc[r, dv * VW + v] * corr[r]
 
-    @T.prim_func(private=True)
-    def kernel(
-        q_h: T.handle,
-        k_h: T.handle,
-        v_h: T.handle,
-        pos_h: T.handle,
-        seq_h: T.handle,
-        bt_h: T.handle,
-        o_h: T.handle,
-    ):
-        T.func_attr({"tirx.noalias": True})
-        n = T.int64()
-        q = T.match_buffer(q_h, (n, i64(H), i64(D)), F32)
-        kc = T.match_buffer(k_h, (i64(NBLK * BS), i64(KVH), i64(D)), F32)
-        vc = T.match_buffer(v_h, (i64(NBLK * BS), i64(KVH), i64(D)), F32)
-        pos = T.match_buffer(pos_h, (n,), "int32")
-        seq = T.match_buffer(seq_h, (n,), "int32")
-        bt = T.match_buffer(bt_h, (i64(NSEQ), i64(MB)), "int32")
-        out = T.match_buffer(o_h, (n, i64(H), i64(D)), F32)
+    @T.macro
+    def run(q, kc, ks, vc, vs, pos, seq, bt, out, n):
         # Multi-row tiles. Later rows see more keys, and the thread pool hands each thread
         # a contiguous range of items, so tiles are taken in zigzag order (first, last,
         # second, second to last, ...) to give every thread a similar amount of work.
@@ -209,24 +204,52 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                 if seq[i0 + r] != seq[i0] or pos[i0 + r] != pos[i0] + r:
                     same[0] = 0
             if same[0] == 1:
-                attend(q, kc, vc, out, pos, seq, bt, i0, g, h0, MQ)
+                attend(q, kc, ks, vc, vs, out, pos, seq, bt, i0, g, h0, MQ)
             else:
                 for r in range(MQ):
-                    attend(q, kc, vc, out, pos, seq, bt, i0 + r, g, h0, 1)
+                    attend(q, kc, ks, vc, vs, out, pos, seq, bt, i0 + r, g, h0, 1)
         # Leftover rows (all rows when decoding), one per item.
         for item in T.parallel(n % MQ * NI):
-            attend(
-                q,
-                kc,
-                vc,
-                out,
-                pos,
-                seq,
-                bt,
-                n // MQ * MQ + item // NI,
-                item % NI // NS,
-                item % NI // NS * G + item % NS * S,
-                1,
-            )
+            attend(q, kc, ks, vc, vs, out, pos, seq, bt, n // MQ * MQ + item // NI,
+                   item % NI // NS, item % NI // NS * G + item % NS * S, 1)
+
+    pool = (i64(NBLK * BS), i64(KVH), i64(DS))
+    spool = (i64(NBLK * BS), i64(KVH), i64(max(1, D // KV_GROUP)))
+    store = kv_format(KVD).storage
+
+    if SCALED:
+
+        @T.prim_func(private=True)
+        def scaled(q_h: T.handle, k_h: T.handle, ks_h: T.handle, v_h: T.handle,
+                   vs_h: T.handle, pos_h: T.handle, seq_h: T.handle, bt_h: T.handle,
+                   o_h: T.handle):
+            T.func_attr({"tirx.noalias": True})
+            n = T.int64()
+            q = T.match_buffer(q_h, (n, i64(H), i64(D)), F32)
+            kc = T.match_buffer(k_h, pool, store)
+            ks = T.match_buffer(ks_h, spool, "float16")
+            vc = T.match_buffer(v_h, pool, store)
+            vs = T.match_buffer(vs_h, spool, "float16")
+            pos = T.match_buffer(pos_h, (n,), "int32")
+            seq = T.match_buffer(seq_h, (n,), "int32")
+            bt = T.match_buffer(bt_h, (i64(NSEQ), i64(MB)), "int32")
+            out = T.match_buffer(o_h, (n, i64(H), i64(D)), F32)
+            run(q, kc, ks, vc, vs, pos, seq, bt, out, n)
+
+        return scaled
+
+    @T.prim_func(private=True)
+    def kernel(q_h: T.handle, k_h: T.handle, v_h: T.handle, pos_h: T.handle,
+               seq_h: T.handle, bt_h: T.handle, o_h: T.handle):
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        q = T.match_buffer(q_h, (n, i64(H), i64(D)), F32)
+        kc = T.match_buffer(k_h, pool, store)
+        vc = T.match_buffer(v_h, pool, store)
+        pos = T.match_buffer(pos_h, (n,), "int32")
+        seq = T.match_buffer(seq_h, (n,), "int32")
+        bt = T.match_buffer(bt_h, (i64(NSEQ), i64(MB)), "int32")
+        out = T.match_buffer(o_h, (n, i64(H), i64(D)), F32)
+        run(q, kc, kc, vc, vc, pos, seq, bt, out, n)
 
     return kernel

@@ -142,6 +142,10 @@ def render_source(specs: Iterable[KernelSpec], params: CudaParams) -> str:
     unique = list({s.name(): s for s in specs if is_hand_written(s)}.values())
     if not unique:
         return ""
+    for s in unique:
+        if isinstance(s, (AttentionSpec, KvStoreSpec)) and (s.kv_dtype != "f32" or s.rotate):
+            raise NotImplementedError(f"{s.name()}: the CUDA KV-cache kernels read and write "
+                                      "f32 pools only (other KV formats run on the CPU)")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import quant
+from .. import kv_formats, quant
 from .spec import (
     AddSpec,
     AttentionSpec,
@@ -72,15 +72,15 @@ def add(spec: AddSpec, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _f64(a) + _f64(b)
 
 
-def attention(
-    spec: AttentionSpec,
-    q: np.ndarray,
-    k_pool: np.ndarray,
-    v_pool: np.ndarray,
-    pos: np.ndarray,
-    seq: np.ndarray,
-    block_tables: np.ndarray,
-) -> np.ndarray:
+def attention(spec: AttentionSpec, q: np.ndarray, *args: np.ndarray) -> np.ndarray:
+    """args: the k pool's parts, the v pool's parts, pos, seq, block_tables. Pools in a
+    KV format are decoded exactly (kv_formats.decode); rotated keys meet rotated queries."""
+    nparts = len(spec.pool_args("k_pool"))
+    k_pool = kv_formats.decode(spec.kv_dtype, list(args[:nparts]))
+    v_pool = kv_formats.decode(spec.kv_dtype, list(args[nparts:2 * nparts]))
+    pos, seq, block_tables = args[2 * nparts:]
+    if spec.rotate:
+        q = kv_formats.hadamard(q, spec.rotate)
     kv = np.repeat(np.arange(spec.kv_heads), spec.group)  # kv head of each query head
     bs = spec.block_size
     out = np.zeros(q.shape, np.float64)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from ..kv_formats import KV_DTYPES, check_head_dim, pool_parts, rotation_block
 from ..quant import WEIGHT_FORMATS, check_k, part_layout
 
 Dim = int | str
@@ -247,6 +248,10 @@ class AttentionSpec:
     Rows of one sequence may be given in any order, but the kernels are fastest when a
     sequence's rows are contiguous with consecutive positions (a prefill chunk).
     Positions are clamped to [0, max_ctx) and block ids to [0, kv_blocks).
+
+    The pools are stored in `kv_dtype` (ninfer.kv_formats: its parts, e.g. int8 values and
+    float16 scales, follow each pool in the signature). With `rotate` = P > 0 the keys are
+    stored Hadamard-rotated in blocks of P and the kernel rotates the queries likewise.
     """
 
     family: ClassVar[str] = "attention"
@@ -257,6 +262,8 @@ class AttentionSpec:
     block_size: int
     max_seqs: int  # rows of the block table
     kv_blocks: int  # blocks in each pool
+    kv_dtype: str = "f32"
+    rotate: int = 0  # Hadamard block of the stored keys (0: not rotated)
 
     def __post_init__(self) -> None:
         _require_positive(self, "heads", "kv_heads", "head_dim", "max_ctx", "block_size",
@@ -266,6 +273,7 @@ class AttentionSpec:
                 f"AttentionSpec: heads ({self.heads}) must be a multiple of "
                 f"kv_heads ({self.kv_heads})"
             )
+        _check_kv(self, self.kv_dtype, self.head_dim, self.rotate)
 
     @property
     def group(self) -> int:
@@ -277,15 +285,21 @@ class AttentionSpec:
         return -(-self.max_ctx // self.block_size)
 
     def name(self) -> str:
+        rot = f"_rot{self.rotate}" if self.rotate else ""
         return (f"attention_h{self.heads}_kv{self.kv_heads}_d{self.head_dim}_c{self.max_ctx}"
-                f"_b{self.block_size}_s{self.max_seqs}_k{self.kv_blocks}_f32")
+                f"_b{self.block_size}_s{self.max_seqs}_k{self.kv_blocks}_{self.kv_dtype}{rot}")
+
+    def pool_args(self, pool: str) -> list[Arg]:
+        """The arrays of pool `pool` ("k_pool" or "v_pool"), in argument order."""
+        parts = pool_parts(self.kv_dtype, self.kv_blocks * self.block_size, self.kv_heads,
+                           self.head_dim)
+        return [_tensor(pool + suffix, dt, *shape) for suffix, dt, shape in parts]
 
     def signature(self) -> list[Arg]:
-        pool = (self.kv_blocks * self.block_size, self.kv_heads, self.head_dim)
         return [
             _tensor("q", "float32", "n", self.heads, self.head_dim),
-            _tensor("k_pool", "float32", *pool),
-            _tensor("v_pool", "float32", *pool),
+            *self.pool_args("k_pool"),
+            *self.pool_args("v_pool"),
             _tensor("pos", "int32", "n"),
             _tensor("seq", "int32", "n"),
             _tensor("block_tables", "int32", self.max_seqs, self.blocks_per_seq),
@@ -297,25 +311,55 @@ class AttentionSpec:
 class KvStoreSpec:
     """pool[rows[i], :] = x[i, :]: stores the n new keys (or values) into pool rows.
 
-    Rows outside [0, pool_rows) are skipped. `out` is the pool, updated in place.
+    Rows outside [0, pool_rows) are skipped. `out` is the pool, updated in place. A pool
+    in another `kv_dtype` than f32 is [pool_rows, kv_heads, ...] (ninfer.kv_formats, with
+    head_dim given) and quantized formats also write `out_scales`; `rotate` = P > 0
+    Hadamard-rotates each head vector in blocks of P before storing it (int4 keys).
     """
 
     family: ClassVar[str] = "kv_store"
     width: int  # kv_heads * head_dim
     pool_rows: int
+    kv_dtype: str = "f32"
+    head_dim: int = 0  # needed unless kv_dtype is f32
+    rotate: int = 0
 
     def __post_init__(self) -> None:
         _require_positive(self, "width", "pool_rows")
+        if self.kv_dtype != "f32" or self.rotate:
+            _require_positive(self, "head_dim")
+            if self.width % self.head_dim:
+                raise ValueError(f"KvStoreSpec: width {self.width} is not a multiple of "
+                                 f"head_dim {self.head_dim}")
+        _check_kv(self, self.kv_dtype, self.head_dim, self.rotate)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.width // self.head_dim
 
     def name(self) -> str:
-        return f"kv_store_w{self.width}_r{self.pool_rows}_f32"
+        if self.kv_dtype == "f32" and not self.rotate:
+            return f"kv_store_w{self.width}_r{self.pool_rows}_f32"
+        rot = f"_rot{self.rotate}" if self.rotate else ""
+        return (f"kv_store_w{self.width}_r{self.pool_rows}_d{self.head_dim}_{self.kv_dtype}"
+                f"{rot}")
 
     def signature(self) -> list[Arg]:
-        return [
-            _tensor("x", "float32", "n", self.width),
-            _tensor("rows", "int32", "n"),
-            _tensor("out", "float32", self.pool_rows, self.width),
-        ]
+        head = [_tensor("x", "float32", "n", self.width), _tensor("rows", "int32", "n")]
+        if self.kv_dtype == "f32" and not self.rotate:
+            return [*head, _tensor("out", "float32", self.pool_rows, self.width)]
+        parts = pool_parts(self.kv_dtype, self.pool_rows, self.kv_heads, self.head_dim)
+        return [*head, *(_tensor("out" + sfx, dt, *shape) for sfx, dt, shape in parts)]
+
+
+def _check_kv(spec: object, kv_dtype: str, head_dim: int, rotate: int) -> None:
+    name = type(spec).__name__
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"{name}: KV dtype {kv_dtype!r} is not one of {', '.join(KV_DTYPES)}")
+    check_head_dim(kv_dtype, head_dim)
+    if rotate and rotate != rotation_block(head_dim):
+        raise ValueError(f"{name}: rotate must be 0 or {rotation_block(head_dim)} (the "
+                         f"Hadamard block of head_dim {head_dim}), got {rotate}")
 
 
 KernelSpec = (

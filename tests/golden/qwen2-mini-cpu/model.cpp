@@ -85,8 +85,8 @@ class GeneratedModel final : public Model {
           mem_.weight(a, p + "gate_up", "f32", {96, 32}));
       w.down = static_cast<const float*>(
           mem_.weight(a, p + "down", "f32", {32, 48}));
-      k_pool_[l] = mem_.floats(kPoolRows * kKvDim);
-      v_pool_[l] = mem_.floats(kPoolRows * kKvDim);
+      k_pool_[l] = static_cast<float*>(mem_.bytes(kPoolRows * 64));
+      v_pool_[l] = static_cast<float*>(mem_.bytes(kPoolRows * 64));
     }
     x_ = mem_.floats(size_t(kMaxChunk) * 32);
     res_ = mem_.floats(size_t(kMaxChunk) * 32);
@@ -171,7 +171,8 @@ class GeneratedModel final : public Model {
       else matmul_k32_n16_f32_bias_gemm(h, w.v, w.v_bias, v_, n);
       rope_h2_d16_p128_f32(q_, pos_, rope_cos_, rope_sin_, qr_, n);
       rope_h1_d16_p128_f32(k_, pos_, rope_cos_, rope_sin_, kr_, n);
-      // this step's keys and values into their slots' blocks, then attention over them
+      // this step's keys and values into their slots' blocks (KV format: f32),
+      // then attention over them
       kv_store_w16_r144_f32(kr_, kv_rows_, k_pool_[l], n);
       kv_store_w16_r144_f32(v_, kv_rows_, v_pool_[l], n);
       attention_h2_kv1_d16_c128_b16_s1_k9_f32(qr_, k_pool_[l], v_pool_[l], pos_, seq_, block_tables_, att_, n);
@@ -252,8 +253,8 @@ class GeneratedModel final : public Model {
 const ModelInfo& compiled_model_info() {
   static const ModelInfo info{"qwen2-mini", "cpu", "<target-hash>",
                               kVocab, kMaxContext, kMaxChunk, kLayers, kMaxSeqs, kBlockSize,
-                              kBlocks, kBlocksPerSeq,
-                              size_t(2) * kLayers * kBlockSize * kKvDim * sizeof(float)};
+                              kBlocks, kBlocksPerSeq, size_t(2048),
+                              "f32"};
   return info;
 }
 
