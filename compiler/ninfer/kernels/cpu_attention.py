@@ -138,7 +138,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                 for r in T.unroll(R):
                     for v in T.vectorized(VW):
                         dot[r, v] = f32(0.0)
-                for dv in range(DV):
+                for dv in T.unroll(DV):
                     for r in T.unroll(R):
                         for v in T.vectorized(VW):
                             dot[r, v] = dot[r, v] + qs[r, dv * VW + v] * load(

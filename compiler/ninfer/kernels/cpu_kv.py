@@ -31,6 +31,10 @@ def _u32(value: int) -> tirx.PrimExpr:
     return tirx.const(value, "uint32")
 
 
+def _u16(value: int) -> tirx.PrimExpr:
+    return tirx.const(value, "uint16")
+
+
 def _i32(value: int) -> tirx.PrimExpr:
     return tirx.const(value, "int32")
 
@@ -57,13 +61,12 @@ def load(kv_dtype: str, data: tirx.Buffer, scales: tirx.Buffer, row: tirx.PrimEx
         bits = tirx.Cast("uint32", data[row, head, dv * VW + v]) << _u32(16)
         return tirx.reinterpret(F32, bits)
     if kv_dtype == "fp8":
-        u = tirx.Cast("uint32", data[row, head, dv * VW + v])
-        sign = (u & _u32(0x80)) << _u32(24)
-        # normal: exponent e - 7 -> e + 120 (float32 bias 127), mantissa to the top bits
-        normal = tirx.reinterpret(F32, sign | (((u & _u32(0x7F)) << _u32(20)) + _u32(120 << 23)))
-        unit = tirx.reinterpret(F32, sign | _u32(0x3F800000))  # +-1
-        sub = tirx.Cast(F32, tirx.Cast("int32", u & _u32(7))) * f32(2.0**-9) * unit
-        return tirx.Select((u & _u32(0x78)) == _u32(0), sub, normal)
+        # e4m3 -> the float16 with the same bits shifted into place (exponent field e,
+        # mantissa m << 7, subnormals included), x 2^8 for the bias difference (15 - 7):
+        # one widening, a shift, an or, vcvtph2ps and a multiply per VW values
+        u = tirx.Cast("uint16", data[row, head, dv * VW + v])
+        h = ((u & _u16(0x80)) << _u16(8)) | ((u & _u16(0x7F)) << _u16(7))
+        return tirx.Cast(F32, tirx.reinterpret("float16", h)) * f32(256.0)
     scale = tirx.Cast(F32, scales[row, head, dv // GV])
     if kv_dtype == "int8":
         return tirx.Cast(F32, data[row, head, dv * VW + v]) * scale
@@ -71,7 +74,7 @@ def load(kv_dtype: str, data: tirx.Buffer, scales: tirx.Buffer, row: tirx.PrimEx
         byte = dv // GV * (KV_GROUP // 2) + dv % (GV // 2) * VW + v
         shift = tirx.Cast("int32", dv % GV // (GV // 2) * 4)
         nib = (tirx.Cast("int32", data[row, head, byte]) >> shift) & _i32(15)
-        return tirx.Cast(F32, nib - _i32(8)) * scale
+        return tirx.Cast(F32, nib) * scale - f32(8.0) * scale  # one FMA
     raise ValueError(f"no CPU KV load for {kv_dtype!r}")
 
 
