@@ -90,7 +90,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
 
     # 3. Plan: serve limits, kernel instances per role, memory budget.
     done = stage("plan")
-    plan = make_plan(graph, target, _limits(opts), _formats(opts))
+    plan = make_plan(graph, target, _limits(opts, target), _formats(opts))
     done()
 
     out_dir = (opts.out_dir or DEFAULT_BUILD_DIR / f"{model_id}-{target.name}").resolve()
@@ -248,10 +248,21 @@ def _frontend(model_dir: Path) -> _Frontend:
     return _Frontend(ckpt, graph, tok, chat)
 
 
-def _limits(opts: CompileOptions) -> ServeLimits:
+# Row counts up to this run the GEMV schedule. On the CPU the float GEMV's 2- and 3-row
+# micro-kernels beat the GEMM tile up to 8 rows on decode-shaped weights (k 512-3072,
+# n 512-3072); the integer GEMV of the quantized formats costs about one 1-row pass per
+# row, so past 4 rows their GEMM wins. The CUDA schedules keep 4.
+GEMV_MAX_ROWS_CPU_FLOAT = 8
+GEMV_MAX_ROWS = 4
+
+
+def _limits(opts: CompileOptions, target: Target) -> ServeLimits:
+    formats = {opts.weights, *(fmt for _, fmt in opts.weight_overrides)}
+    floats = formats <= {"f32", "f16", "bf16"}
+    gemv_rows = GEMV_MAX_ROWS_CPU_FLOAT if target.kind == "cpu" and floats else GEMV_MAX_ROWS
     return ServeLimits(opts.max_context, min(opts.max_prefill_chunk, opts.max_context),
-                       max_concurrency=opts.max_concurrency, kv_capacity=opts.kv_capacity,
-                       kv_dtype=opts.kv_dtype)
+                       max_concurrency=opts.max_concurrency, gemv_max_rows=gemv_rows,
+                       kv_capacity=opts.kv_capacity, kv_dtype=opts.kv_dtype)
 
 
 def _formats(opts: CompileOptions) -> WeightFormats:
@@ -270,7 +281,7 @@ def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
     target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
     front = _frontend(opts.model_dir)
     model_id = opts.model_id or opts.model_dir.resolve().name
-    plan = make_plan(front.graph, target, _limits(opts), _formats(opts))
+    plan = make_plan(front.graph, target, _limits(opts, target), _formats(opts))
     _write(path, front, plan, target, model_id)
     return path
 

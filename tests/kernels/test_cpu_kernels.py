@@ -407,4 +407,7 @@ def test_matmul_rows_are_bitwise_the_same_in_gemv_and_gemm() -> None:
     for i in range(len(x)):
         assert np.array_equal(run(gemv, x[i : i + 1])[0], batched[i])
         assert np.array_equal(run(gemm, x[i : i + 1])[0], batched[i])
-    assert np.array_equal(run(gemv, x[:3]), batched[:3])
+    assert np.array_equal(run(gemv, x[:3]), batched[:3])  # a row triple
+    assert np.array_equal(run(gemv, x[:4]), batched[:4])  # two pairs
+    assert np.array_equal(run(gemv, x), batched)  # three pairs and a triple
+    assert np.array_equal(run(gemm, x[:7]), batched[:7])  # a 4-row tile, a pair, a single

@@ -5,15 +5,17 @@ MR rows of x against NR rows of w, with MR * NR vector accumulators of VECTOR_LA
 held in registers while k advances one vector at a time; each accumulator is summed
 horizontally at the end. This needs no packing or transposition of w.
 
-- "gemv" (decode, a few rows): MR = 1, parallel over blocks of NR output columns.
-  Memory-bound: w streams through once per call, its NR rows stay in L1 while the few x
-  rows are reused against them.
+- "gemv" (decode, a few rows): parallel over blocks of NR output columns, rows taken two
+  (or, for an odd count, last three) at a time. Memory-bound: w streams through once per
+  call, its NR rows stay in L1 while the few x rows are reused against them. One row's NR
+  accumulator chains cannot hide the FMA latency; 2-3 rows' can, and they prefetch w a
+  few tiles ahead, so up to 4 rows cost about what one does once w comes from memory.
 - "gemm" (prefill): MR x NR register tile, k split into KB-long blocks and rows into
   MB-row blocks so that an x block stays in L2 while w panels stream past it; parallel over
   panels of output columns (each thread owns its columns, so no reduction across threads).
 
-Leftovers are handled by narrower loops: rows that do not fill an MR tile run the 1-row
-micro-kernel, columns that do not fill an NR tile run a 1-column one, and k % VECTOR_LANES
+Leftovers are handled by narrower loops: rows that do not fill an MR tile run 2-row and
+1-row micro-kernels, columns that do not fill an NR tile run a 1-column one, and k % VECTOR_LANES
 trailing products are added by a scalar loop.
 
 16-bit float weights (f16: IEEE half, converted by vcvtph2ps; bf16: stored as uint16 bits,
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from tvm import tirx
 from tvm.script import tirx as T
 
-from .cpu_common import F32, VECTOR_LANES, f32, hsum, i64, scratch
+from .cpu_common import F32, VECTOR_LANES, f32, hsum, i64, prefetch, scratch
 from .spec import MatmulSpec
 
 VW = VECTOR_LANES
@@ -51,6 +53,7 @@ class MatmulTiles:
 # schedule (and whatever other rows) computed it: batch invariance of the engine.
 K_BLOCK = 1024
 GEMV_TILES = MatmulTiles(mr=1, nr=4, kb=K_BLOCK, mb=1, panels=0)
+PF_ROWS = 8  # GEMV pairs prefetch the w rows of the tile two ahead
 GEMM_TILES = MatmulTiles(mr=4, nr=3, kb=K_BLOCK, mb=32, panels=16)
 
 
@@ -84,6 +87,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
     K0 = KV * VW  # start of the scalar k tail
     KT = K - K0
     KBV = max(1, min(KV, tl.kb // VW))  # k vectors per cache block
+    PF_EVERY = 64 // (VW * (4 if WD == "float32" else 2))  # k vectors per w cache line
     NKB = -(-KV // KBV) if KV else 0
     MB = tl.mb
     NJB = N // NR  # full column tiles
@@ -95,13 +99,18 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
     NP = -(-NJB // G)
 
     @T.macro
-    def micro(x, w, out, acc, i0, j0, kv0, kvn, R, C):
+    def micro(x, w, out, acc, i0, j0, kv0, kvn, R, C, pf=False):
         # out[i0:i0+R, j0:j0+C] += x[i0:i0+R, k] . w[j0:j0+C, k] over k in the kv0..kv0+kvn vectors
         for r in T.unroll(R):
             for c in T.unroll(C):
                 for v in T.vectorized(VW):
                     acc[r, c, v] = f32(0.0)
         for kv in range(kvn):
+            if pf:  # w's rows PF_ROWS ahead (a later tile), one line per line consumed
+                if (kv0 + kv) % PF_EVERY == 0:
+                    for c in T.unroll(C):
+                        T.evaluate(prefetch(w, T.min(j0 + PF_ROWS + c, i64(N - 1)),
+                                            (kv0 + kv) * VW))
             for r in T.unroll(R):
                 for c in T.unroll(C):
                     for v in T.vectorized(VW):
@@ -128,11 +137,25 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
     @T.macro
     def gemv_body(x, w, bias, out, n):
         for jb in T.parallel(NJB):
-            acc = scratch((1, NR, VW))
+            acc = scratch((3, NR, VW))
             init_and_tail(x, w, bias, out, n, jb * NR, jb * NR + NR)
             for kb in range(NKB):
-                for i in range(n):
-                    micro(x, w, out, acc, i, jb * NR, kb * KBV, T.min(KBV, KV - kb * KBV), 1, NR)
+                kv0 = T.bind(kb * KBV)
+                kvn = T.bind(T.min(KBV, KV - kv0))
+                # rows two at a time: 2 x NR independent accumulators hide the FMA latency
+                # that one row's NR chains cannot (batched decode costs ~half per row)
+                # Rows in pairs, an odd count ending in a triple (3 x NR = 12 accumulators);
+                # one row alone runs the 1-row kernel. Multi-row calls also prefetch w
+                # PF_ROWS rows ahead: their FMAs take long enough that the hardware
+                # prefetcher alone falls behind (a single row does not gain).
+                odd = T.bind(n % 2)
+                for ip in range((n - 3 * odd) // 2):
+                    micro(x, w, out, acc, ip * 2, jb * NR, kv0, kvn, 2, NR, True)
+                if odd == 1:
+                    if n >= 3:
+                        micro(x, w, out, acc, n - 3, jb * NR, kv0, kvn, 3, NR, True)
+                    else:
+                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 1, NR)
 
     @T.macro
     def gemm_body(x, w, bias, out, n):
@@ -149,7 +172,10 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
                     for jb in range(p * G, jb_end):
                         for ib in range(rows // MR):
                             micro(x, w, out, acc, io * MB + ib * MR, jb * NR, kv0, kvn, MR, NR)
-                        for ii in range(full, rows):
+                        for ip in range((rows - full) // 2):  # leftover rows: pairs, then one
+                            micro(x, w, out, acc, io * MB + full + ip * 2, jb * NR, kv0, kvn, 2,
+                                  NR)
+                        for ii in range(full + (rows - full) // 2 * 2, rows):
                             micro(x, w, out, acc, io * MB + ii, jb * NR, kv0, kvn, 1, NR)
 
     @T.macro
