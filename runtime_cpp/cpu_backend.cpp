@@ -1,9 +1,13 @@
 #include "cpu_backend.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -22,6 +26,43 @@ namespace ninfer::cpu {
 namespace {
 
 thread_local std::string g_last_error;
+
+// NINFER_PROFILE=1: wall time of every kernel call, summed per kernel and printed to
+// stderr at exit (the CPU analogue of nsys's kernel summary). Off: one branch per call.
+class KernelProfile {
+ public:
+  static KernelProfile* get() {
+    static KernelProfile* p = std::getenv("NINFER_PROFILE") ? new KernelProfile : nullptr;
+    return p;
+  }
+  void add(const char* name, double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& e = totals_[name];
+    e.first += 1;
+    e.second += seconds;
+  }
+  static void report() {
+    KernelProfile* p = get();
+    if (!p) return;
+    std::vector<std::pair<std::string, std::pair<long, double>>> rows(p->totals_.begin(),
+                                                                      p->totals_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.second;
+    std::fprintf(stderr, "ninfer kernel profile: %.3f s in kernel calls\n", total);
+    std::fprintf(stderr, "%10s %10s %7s  %s\n", "calls", "us/call", "share", "kernel");
+    for (const auto& r : rows)
+      std::fprintf(stderr, "%10ld %10.2f %6.1f%%  %s\n", r.second.first,
+                   1e6 * r.second.second / double(r.second.first),
+                   100.0 * r.second.second / (total > 0 ? total : 1), r.first.c_str());
+  }
+
+ private:
+  KernelProfile() { std::atexit(&KernelProfile::report); }
+  std::mutex mu_;
+  std::map<std::string, std::pair<long, double>> totals_;
+};
 
 // A fork-join pool: the caller runs task 0, workers run the rest. Workers spin briefly
 // on a generation counter (kernel launches come back to back during a forward pass)
@@ -185,9 +226,13 @@ KernelArgs& KernelArgs::scalar(int64_t value) {
 void KernelArgs::call(PackedKernel fn, const char* name) {
   TVMFFIAny result{};
   result.type_index = kTVMFFINone;
+  using Clock = std::chrono::steady_clock;
+  KernelProfile* profile = KernelProfile::get();
+  const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
   if (fn(nullptr, args_, num_args_, &result) != 0) {
     throw std::runtime_error(std::string("kernel ") + name + " failed: " + g_last_error);
   }
+  if (profile) profile->add(name, std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 }  // namespace ninfer::cpu
