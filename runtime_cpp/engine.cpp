@@ -20,6 +20,7 @@ const char* RequestRejected::name(Reason r) {
     case Reason::kQueueFull: return "queue_full";
     case Reason::kContextLength: return "context_length";
     case Reason::kKvCapacity: return "kv_capacity";
+    case Reason::kShuttingDown: return "shutting_down";
   }
   return "unknown";
 }
@@ -150,6 +151,14 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
   thread_ = std::thread([this] { loop(); });
 }
 
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+  }
+  cv_.notify_all();
+}
+
 Engine::~Engine() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -225,6 +234,12 @@ std::shared_ptr<RequestState> Engine::submit(GenerationRequest request) {
   state->submitted_ms = now_ms();
   {
     std::unique_lock<std::mutex> lock(mu_);
+    if (shutting_down_) {
+      lock.unlock();
+      const std::string msg = "The server is shutting down";
+      log_rejected(state->request, max_tokens, "shutting_down", msg);
+      throw RequestRejected(RequestRejected::Reason::kShuttingDown, msg);
+    }
     const int queued = static_cast<int>(incoming_.size()) + waiting_;
     if (max_pending_ > 0 && queued - free_slots_ >= max_pending_) {
       lock.unlock();
@@ -259,11 +274,15 @@ void Engine::publish() {
 }
 
 void Engine::loop() {
+  bool shutting_down = false;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !incoming_.empty() || !seqs_.empty(); });
+      cv_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !seqs_.empty() || shutting_down_;
+      });
       if (stopping_) break;
+      shutting_down = shutting_down_;
       for (auto& state : incoming_) {
         auto seq = std::make_unique<Seq>(state, tokenizer_, state->request.max_tokens);
         sched_.add(seq.get());
@@ -272,9 +291,19 @@ void Engine::loop() {
       waiting_ += static_cast<int>(incoming_.size());
       incoming_.clear();
     }
+    if (shutting_down && !seqs_.empty()) {
+      std::vector<Seq*> all;
+      for (auto& p : seqs_) all.push_back(static_cast<Seq*>(p.get()));
+      const double now = now_ms();
+      for (Seq* s : all) fail(*s, "The server is shutting down", "shutting_down", now);
+    }
     reap(now_ms());
     if (seqs_.empty()) {
       publish();
+      if (shutting_down) {  // nothing left to do until the destructor stops the loop
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !incoming_.empty(); });
+      }
       continue;
     }
     StepPlan plan = sched_.plan(prefill_limit());

@@ -64,10 +64,11 @@ struct GenerationEvent {
 // Thrown by Engine::submit for a request that is refused without running.
 class RequestRejected : public std::runtime_error {
  public:
-  enum class Reason { kQueueFull, kContextLength, kKvCapacity };
+  enum class Reason { kQueueFull, kContextLength, kKvCapacity, kShuttingDown };
   RequestRejected(Reason reason, const std::string& message, std::string param = "")
       : std::runtime_error(message), reason(reason), param(std::move(param)) {}
-  static const char* name(Reason r);  // metric label: queue_full | context_length | kv_capacity
+  // metric label: queue_full | context_length | kv_capacity | shutting_down
+  static const char* name(Reason r);
   Reason reason;
   std::string param;  // "prompt" | "max_tokens" for the length checks
 };
@@ -123,6 +124,9 @@ class Engine {
   Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
          const EngineOptions& options);
   ~Engine();
+  // Stops serving: every request in flight or waiting ends with an error event (code
+  // "shutting_down") within one step, and later submits are refused. Any thread.
+  void shutdown();
   // Queues a request. Throws RequestRejected when it can never fit (context, KV pool) or
   // the waiting queue is full; std::invalid_argument for an empty prompt.
   std::shared_ptr<RequestState> submit(GenerationRequest request);
@@ -174,6 +178,7 @@ class Engine {
   int waiting_ = 0;     // in the scheduler's queue, as last published by the loop
   int free_slots_ = 0;  // as last published by the loop
   bool stopping_ = false;
+  bool shutting_down_ = false;  // under mu_: refuse submits, fail what is in flight
   std::thread thread_;
 };
 

@@ -13,10 +13,14 @@
 #include <dirent.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -28,6 +32,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <type_traits>
 
 #include <httplib.h>
@@ -294,6 +299,8 @@ struct Server {
       res.set_header("Retry-After", "1");
       return ApiError(503, ev.error, "server_error", "", "pending_timeout");
     }
+    if (ev.error_code == "shutting_down")
+      return ApiError(503, ev.error, "server_error", "", "shutting_down");
     return ApiError(500, ev.error, "server_error");
   }
 
@@ -314,6 +321,8 @@ struct Server {
         case RequestRejected::Reason::kKvCapacity:
           throw ApiError(400, e.what(), "invalid_request_error", param,
                          "kv_cache_capacity_exceeded");
+        case RequestRejected::Reason::kShuttingDown:
+          throw ApiError(503, e.what(), "server_error", "", "shutting_down");
       }
       throw;
     }
@@ -475,6 +484,15 @@ struct Server {
 };
 
 int run(int argc, char** argv) {
+  // SIGTERM / SIGINT stop the server: blocked here, before any thread exists (every
+  // thread inherits the mask), and taken by one thread with sigwait. It ends every request
+  // in flight or waiting with a 503 (streams: an error event; code shutting_down) within
+  // one step, stops the HTTP server, and everything is torn down in order (exit code 0).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const Options opt = parse_args(argc, argv);
   const ModelInfo& compiled = compiled_model_info();
   if (opt.max_context > compiled.max_context)
@@ -546,7 +564,24 @@ int run(int argc, char** argv) {
                                   : "unbounded");
   std::printf("ninfer-server listening on http://%s:%d\n", opt.host.c_str(), port);
   std::fflush(stdout);
-  return http.listen_after_bind() ? 0 : 1;
+  std::atomic<bool> listen_done{false};
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    // a signal before listen() starts waits for it, or stop() would be a no-op
+    while (!listen_done && !http.is_running())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (http.is_running()) {
+      std::fprintf(stderr, "ninfer-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      engine.shutdown();
+      http.stop();
+    }
+  });
+  const bool ok = http.listen_after_bind();
+  listen_done = true;
+  pthread_kill(stopper.native_handle(), SIGTERM);  // wakes the stopper if no signal came
+  stopper.join();
+  return ok ? 0 : 1;
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ def _run(binary: Path, *args: str) -> str:
 # Engine and scheduler against the fake model
 
 
-@pytest.mark.parametrize("case", ["scheduler", "invariance", "cancel", "admission"])
+@pytest.mark.parametrize("case", ["scheduler", "invariance", "cancel", "admission", "sampling"])
 def test_native(test_engine: Path, case: str) -> None:
     assert f"{case} ok" in _run(test_engine, case)
 
@@ -356,3 +356,34 @@ def test_disconnect_while_queued_never_runs(serve: Callable[..., Any], tmp_path:
         by_id.setdefault(e["id"], []).append(e["event"])
     assert sorted(by_id.values()) == [["cancelled"], ["start", "done"]]
     assert all(i.startswith("cmpl-") for i in by_id)
+
+
+def test_sigterm_ends_requests_with_503_and_exits_cleanly(fake_server: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM: the running and the waiting request both end at once with 503
+    shutting_down, and the server exits 0 (not killed by the signal)."""
+    import signal
+
+    from ninfer.runtime import Server
+
+    monkeypatch.setenv("NINFER_FAKE_STEP_MS", "100")  # LONG alone would take 6 s
+    srv = Server(fake_server, extra_args=("--max-concurrency", "1"), startup_timeout=30).start()
+    try:
+        ta, ra = _post_in_background(srv, LONG)
+        _wait_for(srv, lambda m: _sample(m, "ninfer:num_requests_running") == 1)
+        tb, rb = _post_in_background(srv, LONG)
+        _wait_for(srv, lambda m: _sample(m, "ninfer:num_requests_waiting") == 1)
+        srv.client.close()  # an idle keep-alive connection holds its HTTP thread up to 5 s
+        t0 = time.monotonic()
+        assert srv.proc is not None
+        srv.proc.send_signal(signal.SIGTERM)
+        ta.join(5)
+        tb.join(5)
+        assert time.monotonic() - t0 < 2
+        for r in (ra[0], rb[0]):
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "shutting_down"
+        assert srv.proc.wait(3) == 0
+        assert any("SIGTERM, stopping" in line for line in srv.output)
+    finally:
+        srv.stop()
