@@ -5,6 +5,7 @@
 // usage: test_engine scheduler | invariance | cancel | admission | metrics | log FILE
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -24,6 +25,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "request_log.h"
+#include "sampling.h"
 #include "scheduler.h"
 #include "tokenizer.h"
 
@@ -621,16 +623,84 @@ void write_log(const std::string& path) {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------
+// Sampler: empirical frequencies against the exact top-k / top-p / temperature
+// distribution (computed here by a full sort), on a 3000-token vocabulary whose mass
+// spreads over hundreds of tokens, so that the top-p prefix search grows several times.
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "%s\n", what.c_str());
+  std::exit(1);
+}
+
+void check_sampler(const std::vector<float>& logits, const SamplingParams& p, int draws) {
+  const int vocab = static_cast<int>(logits.size());
+  std::vector<int> order(vocab);
+  for (int i = 0; i < vocab; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return logits[a] > logits[b]; });
+  const int k = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
+  std::vector<double> w(k);
+  double total = 0;
+  for (int i = 0; i < k; ++i) total += w[i] = std::exp((logits[order[i]] - logits[order[0]]) /
+                                                       p.temperature);
+  int keep = k;
+  double cum = 0;
+  for (int i = 0; i < k && p.top_p < 1.0f; ++i) {
+    cum += w[i] / total;
+    if (cum >= p.top_p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  double kept = 0;
+  for (int i = 0; i < keep; ++i) kept += w[i];
+  std::vector<double> want(vocab, 0.0);
+  for (int i = 0; i < keep; ++i) want[order[i]] = w[i] / kept;
+  std::vector<int> seen(vocab, 0);
+  Sampler sampler(1234);
+  for (int d = 0; d < draws; ++d) ++seen[sampler.sample(logits.data(), vocab, p)];
+  double tv = 0;  // total variation distance
+  for (int i = 0; i < vocab; ++i) {
+    if (seen[i] > 0 && want[i] == 0)
+      fail("sampled token " + std::to_string(i) + " outside the kept set");
+    tv += std::abs(seen[i] / double(draws) - want[i]) / 2;
+  }
+  // with `keep` outcomes and `draws` draws the expected TV is ~sqrt(keep / draws) / 2.5
+  const double bound = 0.02 + 0.6 * std::sqrt(keep / double(draws));
+  if (tv > bound)
+    fail("sampler: total variation " + std::to_string(tv) + " > " + std::to_string(bound) +
+         " (keep " + std::to_string(keep) + ")");
+}
+
+void test_sampling() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  std::vector<float> logits(3000);
+  for (float& x : logits) x = normal(rng);
+  SamplingParams p;
+  for (float top_p : {1.0f, 0.95f, 0.5f, 0.05f})
+    for (int top_k : {0, 40})
+      for (float temperature : {1.0f, 0.7f}) {
+        p.top_p = top_p;
+        p.top_k = top_k;
+        p.temperature = temperature;
+        check_sampler(logits, p, 200000);
+      }
+  std::printf("sampling ok\n");
+}
+
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
   if (what == "scheduler") test_scheduler();
   else if (what == "invariance") test_invariance();
   else if (what == "cancel") test_cancel();
   else if (what == "admission") test_admission();
+  else if (what == "sampling") test_sampling();
   else if (what == "metrics") print_metrics();
   else if (what == "log" && argc > 2) write_log(argv[2]);
   else {
-    std::fprintf(stderr, "usage: test_engine scheduler|invariance|cancel|admission|metrics|log FILE\n");
+    std::fprintf(stderr, "usage: test_engine scheduler|invariance|cancel|admission|sampling|metrics|log FILE\n");
     return 2;
   }
   return 0;
