@@ -26,6 +26,8 @@ def main() -> None:
     ap.add_argument("build", type=Path)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs per concurrency level, interleaved; the best one counts")
     args = ap.parse_args()
 
     def steps(client) -> float:
@@ -45,17 +47,21 @@ def main() -> None:
             return int(r["usage"]["completion_tokens"])
 
         one(0)
-        base = None
-        print(f"{'streams':>7}{'agg tok/s':>11}{'ratio':>7}{'steps':>7}{'ms/step':>9}")
-        for c in (1, 2, 4, 8):
-            s0, t0 = steps(client), time.perf_counter()
-            with ThreadPoolExecutor(c) as pool:
-                tokens = sum(pool.map(one, range(c)))
-            wall, n = time.perf_counter() - t0, steps(client) - s0
-            agg = tokens / wall
-            base = base or agg
-            print(f"{c:>7}{agg:>11.1f}{agg / base:>7.2f}{n:>7.0f}{wall / n * 1000:>9.2f}")
-
+        levels = (1, 2, 4, 8)
+        best: dict[int, tuple[float, float]] = {}  # level -> (tok/s, ms per step)
+        for _ in range(args.repeats):  # interleaved, so a slow spell hits every level
+            for c in levels:
+                s0, t0 = steps(client), time.perf_counter()
+                with ThreadPoolExecutor(c) as pool:
+                    tokens = sum(pool.map(one, range(c)))
+                wall, n = time.perf_counter() - t0, steps(client) - s0
+                if tokens / wall > best.get(c, (0.0, 0.0))[0]:
+                    best[c] = (tokens / wall, wall / n * 1000)
+        print(f"{'streams':>7}{'agg tok/s':>11}{'ratio':>7}{'ms/step':>9}   (best of "
+              f"{args.repeats})")
+        for c in levels:
+            agg, ms = best[c]
+            print(f"{c:>7}{agg:>11.1f}{agg / best[1][0]:>7.2f}{ms:>9.2f}")
 
 if __name__ == "__main__":
     main()

@@ -107,7 +107,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
     kv = result.report_data["plan"]["kv"]
     console.print(f"  KV pool: {kv['tokens']} tokens in {kv['blocks'] - 1} blocks of "
                   f"{kv['block_size']} ({kv['dtype']}, {kv['bytes_per_token']} B per token)")
-    console.print("  memory left after weights and activations holds: " + ", ".join(
+    console.print("  memory left after weights, activations and workspace holds: " + ", ".join(
         f"{f} {m['tokens']}" for f, m in kv["memory_tokens"].items()) + " tokens")
     console.print(f"[green]built[/green] {result.server}")
     print(result.out_dir)

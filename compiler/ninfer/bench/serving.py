@@ -182,15 +182,22 @@ def measure_level(client: httpx.Client, cfg: ServingConfig, c: int) -> float | N
 
 def measure_scaling(client: httpx.Client, cfg: ServingConfig,
                     max_concurrency: int | None) -> list[ScalingLevel]:
+    """Median aggregate rate per level over cfg.repeats rounds; each round runs every level
+    once, so a slow spell of a shared machine lands on all levels rather than on one."""
+    levels = [c for c in cfg.levels if max_concurrency is None or c <= max_concurrency]
+    rates: dict[int, list[float | None]] = {c: [] for c in levels}
+    for _ in range(cfg.repeats):
+        for c in levels:
+            rates[c].append(measure_level(client, cfg, c))
     out: list[ScalingLevel] = []
     base: float | None = None
     for c in cfg.levels:
         target = SCALING_TARGETS.get(c)
-        if max_concurrency is not None and c > max_concurrency:
+        if c not in rates:
             out.append(ScalingLevel(c, None, None, None, target,
                                     f"above the server's {max_concurrency} concurrent requests"))
             continue
-        agg = _median([measure_level(client, cfg, c) for _ in range(cfg.repeats)])
+        agg = _median(rates[c])
         if c == 1:
             base = agg
         ratio = agg / base if agg is not None and base else None
