@@ -25,10 +25,12 @@ group is an exact integer dot product, 32 multiply-adds per instruction:
    vector; then acc += float(dot) * (d * dx) group after group, and the lanes of acc are
    added into out, block after block.
 
-Schedules. gemv: one task per (weight row, x row), x rows innermost; a task streams its
-weight row front to back and prefetches PREFETCH_BYTES ahead in the weight array (rows
-are short, e.g. 2 KB for q4 at k = 4096, and the hardware prefetchers alone lose time at
-every row start); the row's d * dx are computed first, 8 per vcvtph2ps + vmulps, and read
+Schedules. gemv: one task per (weight row, pair of x rows), pairs innermost; both rows
+use each unpacked weight vector (an odd count's last row runs alone; batched decode of 4
+rows costs ~2.6x one row instead of ~3.6x); a task streams its weight row front to back
+and prefetches PREFETCH_BYTES ahead in the weight array (rows are short, e.g. 2 KB for
+q4 at k = 4096, and the hardware prefetchers alone lose time at every row start); the
+rows' d * dx are computed first, 8 per vcvtph2ps + vmulps, and read
 back by vbroadcastss. gemm: MR x NR tiles, k blocks, row blocks, parallel over column
 panels, as in cpu_matmul.py. Both perform exactly the operations above in the same order
 for every (row, column), so a row's result is bitwise the same in either schedule and
@@ -252,20 +254,29 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
 
     @T.macro
     def gemv_body(q, sc, xq, xa, xs, xc, bias, out, n):
-        # One task per (column tile, row), rows innermost: the tile's weights stay in L1
-        # for the other rows (and no loop over rows inside a task, out of which LLVM would
-        # hoist the unpacked weights of a whole k block onto the stack).
-        for t in T.parallel(NJB * n):
-            jb = T.bind(t // n)
-            i = T.bind(t % n)
-            acc = scratch((1, NR, LANES))
-            sg = scratch((1, NR, NG))
-            init(bias, out, 1, i, jb * NR, jb * NR + NR)
-            # all scales of the row first: read back from memory (vbroadcastss m32)
-            fill_scales(sc, xs, sg, i, jb * NR, 0, NG, 1, NR)
-            for kb in range(NKB):
-                micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb * NR, kb * GB,
-                      T.min(GB, NG - kb * GB), 1, NR, PREFETCH_BYTES, 0)
+        # One task per (column tile, pair of rows): both rows use each unpacked weight
+        # vector of the tile (an odd count's last row runs alone). Rows are unrolled
+        # inside the group loop, never looped over inside a task: LLVM would hoist the
+        # unpacked weights of a whole k block out of such a loop onto the stack.
+        pairs = T.bind((n + 1) // 2)
+        for t in T.parallel(NJB * pairs):
+            jb = T.bind(t // pairs)
+            i = T.bind(t % pairs * 2)
+            acc = scratch((2, NR, LANES))
+            sg = scratch((2, NR, NG))
+            if i + 1 < n:
+                init(bias, out, 2, i, jb * NR, jb * NR + NR)
+                # all scales of the rows first: read back from memory (vbroadcastss m32)
+                fill_scales(sc, xs, sg, i, jb * NR, 0, NG, 2, NR)
+                for kb in range(NKB):
+                    micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb * NR, kb * GB,
+                          T.min(GB, NG - kb * GB), 2, NR, PREFETCH_BYTES, 0)
+            else:
+                init(bias, out, 1, i, jb * NR, jb * NR + NR)
+                fill_scales(sc, xs, sg, i, jb * NR, 0, NG, 1, NR)
+                for kb in range(NKB):
+                    micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb * NR, kb * GB,
+                          T.min(GB, NG - kb * GB), 1, NR, PREFETCH_BYTES, 0)
 
     @T.macro
     def gemm_body(q, sc, xq, xa, xs, xc, bias, out, n):
