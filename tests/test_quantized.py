@@ -1,12 +1,13 @@
-"""Quantized weights and KV caches end to end: the tiny Qwen3 compiled with --weights
-q8g32 / q4g64 (and f16), or with --kv-dtype fp8 / int8 / int4, serves, and its drift from
-the f32 build is bounded, measured teacher-forced
-by the accuracy report over a fixed text set (the random tiny model's next-token
-distributions are nearly flat, so top-1 agreement is a weak signal for q4 and KL is the
-bound that matters)."""
+"""Quantized weights and KV caches end to end, on the tiny Qwen3 after a short training run
+(conftest `trained_checkpoint`: peaked predictions, as a real model's, so that a format's
+drift shows as flipped winners rather than as reshuffled near-ties). Each format is
+compiled (--weights q8g32 / q4g64 / f16, --kv-dtype fp8 / int8 / int4), serves, and its
+drift from the f32 build is bounded: teacher-forced over a fixed held-out text set by the
+accuracy report, and as greedy generations through the servers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,60 +17,102 @@ from ninfer.runtime import Server
 
 pytestmark = pytest.mark.e2e
 
-# format -> (least top-1 agreement, largest mean KL in nats) against f32; measured on
-# 254 positions: q8g32 0.90 / 4e-4, q4g64 0.5 / 5e-2, kv:fp8 0.92 / 1.1e-3, kv:int8
-# 0.98 / 5e-5, kv:int4 0.69 / 1.5e-2
-BOUNDS = {"f16": (0.99, 1e-5), "q8g32": (0.85, 2e-3), "q4g64": (0.3, 0.15),
-          "kv:fp8": (0.85, 4e-3), "kv:int8": (0.95, 3e-4), "kv:int4": (0.5, 0.05)}
+# format -> (least top-1 agreement, largest mean KL in nats, largest |perplexity change|)
+# against f32. Measured on 254 positions: f16 1.0 / 3e-7 / 0.0%, q8g32 0.984 / 4.7e-4 /
+# 0.2%, q4g64 0.835 / 6.6e-2 / 5.9%, kv:fp8 0.961 / 2.1e-3 / 0.3%, kv:int8 0.988 / 6.4e-5
+# / 0.0%, kv:int4 0.890 / 2.0e-2 / 2.0%.
+BOUNDS = {"f16": (0.99, 1e-5, 0.002), "q8g32": (0.95, 3e-3, 0.02),
+          "q4g64": (0.75, 0.15, 0.12), "kv:fp8": (0.9, 1e-2, 0.03),
+          "kv:int8": (0.95, 5e-4, 0.01), "kv:int4": (0.8, 0.06, 0.06)}
+ROOT = TEST_MODELS / "accuracy"
+PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "1, 2, 3, 4,"]
+
+
+def _build(checkpoint: Path, fmt: str) -> Path:
+    return ROOT / f"acc-{checkpoint.name}-{fmt.replace(':', '-')}"
 
 
 @pytest.fixture(scope="module")
-def accuracy(qwen3_model):
+def accuracy(trained_checkpoint):
     from ninfer.bench.accuracy import run_accuracy
 
-    rows = run_accuracy(qwen3_model.checkpoint, list(BOUNDS), TEST_MODELS / "accuracy",
-                        tokens=256, threads=2)
+    rows = run_accuracy(trained_checkpoint, list(BOUNDS), ROOT, tokens=256, threads=2)
     return {r.format: r for r in rows}
 
 
 @pytest.mark.parametrize("fmt", sorted(BOUNDS))
 def test_drift_from_f32_is_bounded(accuracy, fmt):
-    top1, kl = BOUNDS[fmt]
+    top1, kl, ppl = BOUNDS[fmt]
     r = accuracy[fmt]
     assert r.positions >= 200
     assert r.top1_agreement >= top1, r
     assert r.mean_kl <= kl, r
-    assert abs(r.perplexity_delta) < 0.05, r
+    assert abs(r.perplexity_delta) <= ppl, r
 
 
-def test_quantized_build_is_smaller_and_serves(accuracy, qwen3_model):
-    import json
+def _prompts(checkpoint: Path) -> list[list[int]]:
+    from tokenizers import Tokenizer
 
-    f32 = TEST_MODELS / "accuracy" / f"acc-{qwen3_model.checkpoint.name}-f32"
-    q4 = TEST_MODELS / "accuracy" / f"acc-{qwen3_model.checkpoint.name}-q4g64"
+    tok = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    return [tok.encode(p).ids for p in PROMPTS]
+
+
+def _complete(srv: Server, ids: list[int], n: int) -> list[int]:
+    r = srv.client.post("/v1/completions", json={
+        "prompt": ids, "max_tokens": n, "temperature": 0, "ignore_eos": True,
+        "return_token_ids": True})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["token_ids"]
+
+
+@pytest.fixture(scope="module")
+def f32_greedy(accuracy, trained_checkpoint) -> list[list[int]]:
+    """The f32 server's greedy continuations (24 tokens) of the prompts."""
+    with Server(_build(trained_checkpoint, "f32")) as srv:
+        return [_complete(srv, ids, 24) for ids in _prompts(trained_checkpoint)]
+
+
+# measured: q8g32 95 / 96 steps, q4g64 75 / 96
+@pytest.mark.parametrize(("fmt", "least"), [("q8g32", 0.9), ("q4g64", 0.65)])
+def test_greedy_tokens_match_f32_on_most_steps(trained_checkpoint, f32_greedy, fmt, least):
+    """Along the f32 server's greedy continuations, the quantized server picks the same
+    next token at most steps (each step asked with the f32 text so far, so one early
+    divergence does not decide every later position)."""
+    same = total = 0
+    with Server(_build(trained_checkpoint, fmt)) as srv:
+        for ids, ref in zip(_prompts(trained_checkpoint), f32_greedy):
+            for i, want in enumerate(ref):
+                same += _complete(srv, ids + ref[:i], 1)[0] == want
+                total += 1
+    assert same / total >= least, (fmt, same, total)
+
+
+def test_q8_greedy_generations_equal_f32_mostly(trained_checkpoint, f32_greedy):
+    """Free-running, q8g32's greedy continuations hold f32's token at most positions
+    (measured 92 / 96; q4g64 diverges early and stays apart: 18 / 96)."""
+    with Server(_build(trained_checkpoint, "q8g32")) as srv:
+        got = [_complete(srv, ids, 24) for ids in _prompts(trained_checkpoint)]
+    same = sum(a == b for r, g in zip(f32_greedy, got) for a, b in zip(r, g))
+    assert same / sum(len(r) for r in f32_greedy) >= 0.9, (f32_greedy, got)
+
+
+def test_quantized_build_is_smaller_and_serves(accuracy, trained_checkpoint):
+    f32, q4 = _build(trained_checkpoint, "f32"), _build(trained_checkpoint, "q4g64")
     plans = [json.loads((d / "compile_report.json").read_text())["plan"] for d in (f32, q4)]
     assert plans[1]["weights"]["q"] == "q4g64"
     assert plans[1]["memory"]["weights_bytes"] < plans[0]["memory"]["weights_bytes"] / 2
     assert (q4 / "model.ninfer").stat().st_size < (f32 / "model.ninfer").stat().st_size
-    with Server(q4) as srv:
-        r = srv.client.post("/v1/completions", json={
-            "prompt": "The quick brown fox", "max_tokens": 16, "temperature": 0,
-            "ignore_eos": True, "return_token_ids": True})
-        assert r.status_code == 200, r.text
-        assert len(r.json()["choices"][0]["token_ids"]) == 16
 
 
-def test_quantized_kv_build_plans_its_bytes_and_serves(accuracy, qwen3_model):
-    import json
-
-    root = TEST_MODELS / "accuracy" / f"acc-{qwen3_model.checkpoint.name}"
-    kv = {f: json.loads(Path(f"{root}-kv-{f}", "compile_report.json").read_text())["plan"]["kv"]
-          for f in ("int8", "int4")}
-    f32 = json.loads(Path(f"{root}-f32", "compile_report.json").read_text())["plan"]["kv"]
+def test_quantized_kv_build_plans_its_bytes_and_serves(accuracy, trained_checkpoint):
+    kv = {f: json.loads((_build(trained_checkpoint, f"kv:{f}") / "compile_report.json")
+                        .read_text())["plan"]["kv"] for f in ("int8", "int4")}
+    f32 = json.loads((_build(trained_checkpoint, "f32") / "compile_report.json")
+                     .read_text())["plan"]["kv"]
     assert (kv["int8"]["dtype"], kv["int4"]["dtype"]) == ("int8", "int4")
     assert f32["bytes_per_token"] / kv["int8"]["bytes_per_token"] == pytest.approx(64 / 17)
     assert f32["bytes_per_token"] / kv["int4"]["bytes_per_token"] == pytest.approx(64 / 9)
-    with Server(Path(f"{root}-kv-int4")) as srv:
+    with Server(_build(trained_checkpoint, "kv:int4")) as srv:
         r = srv.client.post("/v1/completions", json={
             "prompt": "The quick brown fox", "max_tokens": 40, "temperature": 0,
             "ignore_eos": True, "return_token_ids": True})
