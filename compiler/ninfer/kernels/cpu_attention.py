@@ -21,6 +21,12 @@ the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
 3. acc[r, :] += sum_j p[r, j] * v[j, :], a few head_dim vectors at a time held in
    registers for all R queries.
 
+The pools may be stored in any KV-cache format (spec.kv_dtype, ninfer.kv_formats): keys
+and values are widened to float32 as they are loaded (cpu_kv.load: vcvtph2ps, a shift,
+or an integer widening and one scale per group of 32), so steps 1-3 are the same for
+every format. Keys stored Hadamard-rotated (int4) meet queries rotated the same way
+right after scaling (the rotation's 1/sqrt(P) is folded into the scale).
+
 All state (scaled queries, scores, accumulators) lives in small per-item stack buffers:
 no global scratch, nothing sized by the context length. Key and value loads are clamped
 to the item's last position, so no key past it is read; positions, slots and block ids

@@ -335,7 +335,8 @@ class KvStoreSpec:
 
     @property
     def kv_heads(self) -> int:
-        return self.width // self.head_dim
+        """Heads per row (1 for an f32 pool given without head_dim: rows are flat)."""
+        return self.width // self.head_dim if self.head_dim else 1
 
     def name(self) -> str:
         if self.kv_dtype == "f32" and not self.rotate:
