@@ -253,6 +253,16 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     out[i, j] = f32(0.0)
 
     @T.macro
+    def gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, R):
+        # rows i .. i+R-1 against column tile jb, all k blocks
+        init(bias, out, R, i, jb * NR, jb * NR + NR)
+        # all scales of the rows first: read back from memory (vbroadcastss m32)
+        fill_scales(sc, xs, sg, i, jb * NR, 0, NG, R, NR)
+        for kb in range(NKB):
+            micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb * NR, kb * GB,
+                  T.min(GB, NG - kb * GB), R, NR, PREFETCH_BYTES, 0)
+
+    @T.macro
     def gemv_body(q, sc, xq, xa, xs, xc, bias, out, n):
         # One task per (column tile, pair of rows): both rows use each unpacked weight
         # vector of the tile (an odd count's last row runs alone). Rows are unrolled
@@ -265,18 +275,9 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             acc = scratch((2, NR, LANES))
             sg = scratch((2, NR, NG))
             if i + 1 < n:
-                init(bias, out, 2, i, jb * NR, jb * NR + NR)
-                # all scales of the rows first: read back from memory (vbroadcastss m32)
-                fill_scales(sc, xs, sg, i, jb * NR, 0, NG, 2, NR)
-                for kb in range(NKB):
-                    micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb * NR, kb * GB,
-                          T.min(GB, NG - kb * GB), 2, NR, PREFETCH_BYTES, 0)
+                gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 2)
             else:
-                init(bias, out, 1, i, jb * NR, jb * NR + NR)
-                fill_scales(sc, xs, sg, i, jb * NR, 0, NG, 1, NR)
-                for kb in range(NKB):
-                    micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb * NR, kb * GB,
-                          T.min(GB, NG - kb * GB), 1, NR, PREFETCH_BYTES, 0)
+                gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 1)
 
     @T.macro
     def gemm_body(q, sc, xq, xa, xs, xc, bias, out, n):
