@@ -114,7 +114,7 @@ struct EngineOptions {
   double pending_timeout_ms = 0;  // a request not admitted within this fails; 0: never
   // While requests decode, a step's prompt rows are limited so that the step takes at
   // most this many times a decode-only step (both measured online); 0: no limit.
-  double max_decode_slowdown = 1.75;
+  double max_decode_slowdown = 1.5;
   Metrics* metrics = nullptr;         // optional
   RequestLog* request_log = nullptr;  // optional
 };

@@ -62,7 +62,7 @@ struct Options {
   int prefill_chunk = 0;        // 0: compiled
   int max_pending = 64;         // 0: unbounded
   int pending_timeout_ms = 0;   // 0: none
-  double max_decode_slowdown = 1.75;
+  double max_decode_slowdown = 1.5;
   std::string request_log;
   std::string artifact;
   bool verify_checksums = true;
@@ -86,7 +86,7 @@ const char* kUsage =
     "  --pending-timeout-ms MS   a request waiting longer gets 503 (default 0 = never)\n"
     "  --max-decode-slowdown X   while requests decode, prompt rows per step are limited so\n"
     "                            a step takes at most X times a decode-only step (default\n"
-    "                            1.75, 0 = no limit: prompts take the whole step budget)\n"
+    "                            1.5, 0 = no limit: prompts take the whole step budget)\n"
     "  --request-log FILE        append one JSON line per request event\n"
     "  --no-cuda-graph           CUDA: launch every kernel of a step eagerly instead of\n"
     "                            replaying the step's CUDA graph (no effect on the CPU)\n"

@@ -80,7 +80,8 @@ def _run(binary: Path, *args: str) -> str:
 # Engine and scheduler against the fake model
 
 
-@pytest.mark.parametrize("case", ["scheduler", "invariance", "cancel", "admission", "sampling"])
+@pytest.mark.parametrize("case", ["scheduler", "invariance", "cancel", "admission", "sampling",
+                                  "slowdown"])
 def test_native(test_engine: Path, case: str) -> None:
     assert f"{case} ok" in _run(test_engine, case)
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -102,6 +103,26 @@ class FakeModel : public Model {
     steps_.fetch_add(1);
     max_rows_ = std::max(max_rows_.load(), b.n);
     if (step_sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_sleep_ms_));
+    if (step_us_ > 0 || extra_row_us_ > 0) {  // a step's cost: a base plus each extra row
+      const int extra = b.n - static_cast<int>(used_slots.size());  // rows past 1 per seq
+      std::this_thread::sleep_for(std::chrono::microseconds(step_us_ + extra_row_us_ * extra));
+      std::lock_guard<std::mutex> lock(history_mu_);
+      history_.push_back({b.n, static_cast<int>(used_slots.size())});
+    }
+  }
+
+  // Sleep step_us + extra_row_us per row beyond one per sequence in every step, and record
+  // each step's rows and sequences (history()).
+  void set_step_cost(int step_us, int extra_row_us) {
+    step_us_ = step_us;
+    extra_row_us_ = extra_row_us;
+  }
+  struct StepRows {
+    int rows, seqs;
+  };
+  std::vector<StepRows> history() {
+    std::lock_guard<std::mutex> lock(history_mu_);
+    return history_;
   }
 
   std::atomic<int> steps_{0};
@@ -119,6 +140,9 @@ class FakeModel : public Model {
   }
   ModelInfo info_;
   int step_sleep_ms_;
+  int step_us_ = 0, extra_row_us_ = 0;
+  std::mutex history_mu_;
+  std::vector<StepRows> history_;
   std::vector<Cell> pool_;
 };
 

@@ -2,7 +2,8 @@
 // Metrics, RequestLog) against the fake paged model of fake_model.h; built and run by
 // tests/test_scheduler_native.py.
 //
-// usage: test_engine scheduler | invariance | cancel | admission | metrics | log FILE
+// usage: test_engine scheduler | invariance | cancel | admission | sampling | slowdown |
+//        metrics | log FILE
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -554,6 +555,55 @@ void test_admission() {
   std::puts("admission ok");
 }
 
+// --max-decode-slowdown: while A decodes, B's long prompt is cut so that a step costs at
+// most X decode-only steps. The fake model's step costs 4 ms plus 0.5 ms per row beyond
+// the first of each sequence, so with X = 1.5 a step that decodes A and prefills B may
+// carry (1.5 - 1) * 4 / 0.5 = 4 such rows once the engine has measured both costs (the
+// first mixed step, before that, may take the whole budget). X = 0 lets every step fill
+// the step budget. Returns those extra rows of every step that ran both A and B.
+std::vector<int> mixed_prompt_rows(double slowdown) {
+  const Tokenizer tok = letters_tokenizer();
+  FakeModel model(2, 32, 1 + 2 * 32, 4, 128);
+  model.set_step_cost(4000, 500);
+  EngineOptions o;
+  o.max_decode_slowdown = slowdown;
+  Engine engine(model, tok, {kEos}, o);
+  GenerationRequest a;
+  a.prompt = {1, 2};
+  a.max_tokens = 120;
+  a.ignore_eos = true;
+  auto sa = engine.submit(a);
+  for (int got = 0; got < 6;) {  // decode-only steps first: the engine measures them
+    GenerationEvent ev = sa->next();
+    CHECK(ev.kind == GenerationEvent::Kind::kText);
+    got += static_cast<int>(ev.tokens.size());
+  }
+  GenerationRequest b;
+  b.prompt.assign(100, 3);
+  b.max_tokens = 1;
+  Outcome ob = collect(*engine.submit(b));
+  CHECK(ob.finish == "length" && ob.tokens.size() == 1);
+  sa->cancel();
+  collect(*sa);
+  std::vector<int> rows;
+  for (const FakeModel::StepRows& s : model.history())
+    if (s.seqs == 2) rows.push_back(s.rows - 2);  // A's row and B's first are not extra
+  return rows;
+}
+
+void test_slowdown() {
+  const std::vector<int> capped = mixed_prompt_rows(1.5);
+  CHECK(capped.size() >= 10);  // 100 prompt tokens at <= 5 rows per step after the first
+  int over = 0;
+  for (size_t i = 1; i < capped.size(); ++i) over += capped[i] > 5;  // 4 (+1: timer noise)
+  CHECK(over <= 1);
+  CHECK(*std::max_element(capped.begin() + 1, capped.end()) >= 2);  // B still progresses
+  const std::vector<int> free = mixed_prompt_rows(0);
+  CHECK(!free.empty() && free.size() <= 5);  // 31 prompt rows next to A per step
+  CHECK(*std::max_element(free.begin(), free.end()) == 30);
+  std::printf("slowdown ok (capped steps: %zu, uncapped: %zu)\n", capped.size(), free.size());
+}
+
 // Prints a metrics page after real traffic, for the Python side to parse.
 void print_metrics() {
   const Tokenizer tok = letters_tokenizer();
@@ -697,10 +747,11 @@ int main(int argc, char** argv) {
   else if (what == "cancel") test_cancel();
   else if (what == "admission") test_admission();
   else if (what == "sampling") test_sampling();
+  else if (what == "slowdown") test_slowdown();
   else if (what == "metrics") print_metrics();
   else if (what == "log" && argc > 2) write_log(argv[2]);
   else {
-    std::fprintf(stderr, "usage: test_engine scheduler|invariance|cancel|admission|sampling|metrics|log FILE\n");
+    std::fprintf(stderr, "usage: test_engine scheduler|invariance|cancel|admission|sampling|slowdown|metrics|log FILE\n");
     return 2;
   }
   return 0;
