@@ -39,7 +39,7 @@ inline int max(int a, int b) { return a > b ? a : b; }
 struct uint3 {
   unsigned x, y, z;
 };
-inline uint3 threadIdx, blockIdx;
+inline uint3 threadIdx, blockIdx, gridDim;
 
 namespace emu {
 
@@ -82,15 +82,18 @@ inline void entry() {
   progressed = true;
 }  // returns to `scheduler` through uc_link
 
-// Runs body() for every thread of a grid x threads launch (threads a multiple of 32).
-inline void launch(unsigned grid, unsigned threads, const std::function<void()>& body) {
+// Runs body() for every thread of a (grid_x, grid_y) x threads launch (threads a multiple
+// of 32); blocks run one after another, x fastest.
+inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads,
+                   const std::function<void()>& body) {
   constexpr size_t kStack = 64 * 1024;  // the kernels keep a few hundred bytes per thread
   static std::vector<Fiber> fs;  // stacks are reused by every launch
   if (fs.size() < threads) fs.resize(threads);
   for (auto& f : fs) f.stack.resize(kStack);
   fibers = &fs;
   kernel_body = &body;
-  for (unsigned b = 0; b < grid; ++b) {
+  gridDim = {grid_x, grid_y, 1};
+  for (unsigned b = 0; b < grid_x * grid_y; ++b) {
     block_barrier = Barrier{threads};
     warp_barriers.assign(threads / 32, Barrier{32});
     warp_slots.assign(threads, 0.0f);
@@ -109,7 +112,7 @@ inline void launch(unsigned grid, unsigned threads, const std::function<void()>&
       for (unsigned t = 0; t < threads; ++t) {
         if (fs[t].done) continue;
         current = t;
-        blockIdx = {b, 0, 0};
+        blockIdx = {b % grid_x, b / grid_x, 0};
         threadIdx = {t, 0, 0};
         swapcontext(&scheduler, &fs[t].context);
         running = true;

@@ -6,7 +6,8 @@ coroutine per CUDA thread, real barriers for __syncthreads and warp shuffles) an
 with the grid and block of its CudaLaunch, then compared with the float64 reference.
 Pool rows that no key may read are NaN, so a stray read shows up in the output.
 
-Cases cover GQA ratios 1..8, head_dim 32..256 (vector widths 1, 2 and 4), rows from
+Attention split over its keys (flash-decoding) runs both of its launches, with NaN-filled
+scratch. Cases cover GQA ratios 1..8, head_dim 32..256 (vector widths 1, 2 and 4), rows from
 several sequences in one launch, positions 0 (most warps without keys), clamped positions
 and block ids, and the schedule of two shipped targets plus a small-block target whose
 warps take 8 keys per step (masked tails).
@@ -27,7 +28,13 @@ import pytest
 
 from ninfer.kernels import AttentionSpec, KernelSpec, KvStoreSpec, reference
 from ninfer.kernels.cuda import CudaLaunch, build_cuda_source, evaluate
-from ninfer.kernels.cuda_attention import MAX_LOADED_FLOATS, MAX_UNROLL, attention_layout
+from ninfer.kernels.cuda_attention import (
+    MAX_LOADED_FLOATS,
+    MAX_UNROLL,
+    attention_layout,
+    attention_splits,
+    splits_expr,
+)
 from ninfer.kernels.cuda_schedules import cuda_params, pow2_floor
 from ninfer.paths import DEFAULT_BUILD_DIR
 from ninfer.targets import Target, load_target
@@ -77,9 +84,10 @@ def emulated(target_name: str) -> tuple[ctypes.CDLL, dict[str, CudaLaunch]]:
         params = ", ".join(f"{p.ctype} a{i}" for i, p in enumerate(launch.params))
         args = ", ".join(f"a{i}" for i in range(len(launch.params)))
         drivers.append(
-            f'extern "C" void emu_{launch.kernel_symbol}({params}, unsigned grid, '
-            f"unsigned threads) {{\n"
-            f"  emu::launch(grid, threads, [=] {{ {launch.kernel_symbol}({args}); }});\n}}\n")
+            f'extern "C" void emu_{launch.kernel_symbol}({params}, unsigned grid_x, '
+            f"unsigned grid_y, unsigned threads) {{\n"
+            f"  emu::launch(grid_x, grid_y, threads, [=] {{ {launch.kernel_symbol}({args}); }});"
+            "\n}\n")
     source = '#include "cuda_emulation.h"\n' + module.source + "\n" + "".join(drivers)
     flags = ["-std=c++20", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas",
              f"-I{HERE}"]
@@ -95,21 +103,46 @@ def emulated(target_name: str) -> tuple[ctypes.CDLL, dict[str, CudaLaunch]]:
                                 capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stderr[-4000:]
         tmp.rename(lib)
-    return ctypes.CDLL(str(lib)), {launch.spec_name: launch for launch in module.launches}
+    launches: dict[str, list[CudaLaunch]] = {}
+    for launch in module.launches:
+        launches.setdefault(launch.spec_name, []).append(launch)
+    return ctypes.CDLL(str(lib)), launches
 
 
-def run(target_name: str, spec: KernelSpec, arrays: list[np.ndarray], n: int) -> None:
-    """Launch `spec`'s kernel on `arrays` (signature order, contiguous) with n rows."""
+def run(target_name: str, spec: KernelSpec, arrays: list[np.ndarray], n: int) -> int:
+    """Run `spec`'s launches on `arrays` (signature order, contiguous) with n rows, as the
+    generated launch table would: scratch buffers (NaN-filled, so an unwritten element
+    shows), `expr` parameters and grids evaluated for n. Returns the number of launches."""
     lib, launches = emulated(target_name)
-    launch = launches[spec.name()]
-    assert [p.name for p in launch.params] == [a.name for a in spec.signature()] + ["n"]
-    assert launch.block[1:] == (1, 1) and launch.grid[1:] == ("1", "1")
-    fn = getattr(lib, f"emu_{launch.kernel_symbol}")
-    fn.argtypes = [_CTYPES[p.ctype] for p in launch.params] + [ctypes.c_uint, ctypes.c_uint]
-    fn.restype = None
+    tensors = dict(zip([a.name for a in spec.signature()], arrays, strict=True))
     for a in arrays:
         assert a.flags.c_contiguous
-    fn(*(a.ctypes.data for a in arrays), n, evaluate(launch.grid[0], {"n": n}), launch.block[0])
+    scratch: dict[str, np.ndarray] = {}
+    for launch in launches[spec.name()]:
+        for alloc in launch.host_allocs:
+            if alloc.name not in scratch:
+                assert alloc.dtype == "float32"
+                scratch[alloc.name] = np.full(evaluate(alloc.elements, {"n": n}), np.nan,
+                                              np.float32)
+        values: list[int] = []
+        for p in launch.params:
+            if p.kind == "tensor":
+                values.append(tensors[p.name].ctypes.data)
+            elif p.kind == "scratch":
+                values.append(scratch[p.name].ctypes.data)
+            elif p.kind == "size":
+                assert p.name == "n"
+                values.append(n)
+            else:
+                assert p.kind == "expr"
+                values.append(evaluate(p.value, {"n": n}))
+        assert launch.block[1:] == (1, 1) and launch.grid[2] == "1"
+        fn = getattr(lib, f"emu_{launch.kernel_symbol}")
+        fn.argtypes = [_CTYPES[p.ctype] for p in launch.params] + [ctypes.c_uint] * 3
+        fn.restype = None
+        fn(*values, evaluate(launch.grid[0], {"n": n}), evaluate(launch.grid[1], {"n": n}),
+           launch.block[0])
+    return len(launches[spec.name()])
 
 
 def attention_inputs(spec: AttentionSpec, rng: np.random.Generator
@@ -167,6 +200,52 @@ def test_attention_matches_reference(target_name: str, spec: AttentionSpec) -> N
     assert err <= TOL, f"relative error {err:.3g} > {TOL:g}"
     rows = np.abs(out - ref).max(axis=(1, 2)) / np.abs(ref).max(axis=(1, 2))
     assert rows.max() <= 10 * TOL, rows  # every row, not just on average
+
+
+SPLIT_CASES = [(t, s) for t in ("h200", "rtx4090") for s in ATTENTION
+               if attention_splits(s, cuda_params(TARGETS[t]())) > 1]
+
+
+@pytest.mark.parametrize(("target_name", "spec"), SPLIT_CASES,
+                         ids=[f"{t}-{s.name()}" for t, s in SPLIT_CASES])
+def test_split_attention_decode_rows(target_name: str, spec: AttentionSpec) -> None:
+    """Decode batches (a row or three) split their keys over several blocks: the partials
+    of every split, including the empty ones of a row at position 0, merge to the same
+    result as one block per row."""
+    params = cuda_params(TARGETS[target_name]())
+    rng = np.random.default_rng(zlib.crc32(spec.name().encode()) + 1)
+    (q, k_pool, v_pool, pos, seq, tables), n_all = attention_inputs(spec, rng)
+    longest = int(np.argmax(np.where(seq == 0, pos, -1)))  # seq 0's last key
+    first = int(np.argmax((seq == 1) & (pos == 0)))  # seq 1 at position 0: one key
+    middle = int(np.argmax(seq == spec.max_seqs - 1)) + 1  # a random position
+    assert longest < n_all and pos[first] == 0 and middle < n_all
+    most = attention_splits(spec, params)
+    for rows in ([longest], [first, longest], [first, longest, middle]):
+        n = len(rows)
+        splits = evaluate(splits_expr(spec, params), {"n": n})
+        assert splits == -(-most // n) and (n > 1 or splits > 1)
+        inputs = [np.ascontiguousarray(q[rows]), k_pool, v_pool, pos[rows], seq[rows], tables]
+        out = np.full((n, spec.heads, spec.head_dim), np.nan, np.float32)
+        assert run(target_name, spec, [*inputs, out], n) == 2  # keys, then the merge
+        ref = reference(spec, *inputs)
+        assert np.isfinite(out).all()
+        err = np.abs(out - ref).max() / np.abs(ref).max()
+        assert err <= 10 * TOL, f"{n} rows in {splits} splits: relative error {err:.3g}"
+
+
+def test_split_count_follows_the_target() -> None:
+    """One decode row of a Qwen3-0.6B layer: enough blocks for 4 per SM where the context
+    allows, one split per row once the rows fill the target, none for a short context."""
+    spec = AttentionSpec(heads=16, kv_heads=8, head_dim=128, max_ctx=4096, block_size=16,
+                         max_seqs=8, kv_blocks=2049)
+    for name, sms in (("h200", 132), ("rtx4080s", 80), ("rtx4090", 128)):
+        params = cuda_params(load_target(name))
+        assert attention_splits(spec, params) == -(-4 * sms // 16)
+        assert evaluate(splits_expr(spec, params), {"n": 1}) == -(-4 * sms // 16)
+        assert evaluate(splits_expr(spec, params), {"n": 4 * sms // 16}) == 1
+    short = AttentionSpec(heads=16, kv_heads=8, head_dim=128, max_ctx=64, block_size=16,
+                          max_seqs=8, kv_blocks=33)
+    assert attention_splits(short, cuda_params(load_target("h200"))) == 1
 
 
 def test_small_target_takes_several_keys_per_warp_step() -> None:

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tvm
@@ -49,6 +50,7 @@ from ninfer.kernels.cuda import (
     evaluate,
     lower_to_cuda,
 )
+from ninfer.kernels.cuda_attention import attention_splits
 from ninfer.kernels.cuda_schedules import cuda_params, gemv_rows
 from ninfer.kernels.te_defs import te_primfunc
 from ninfer.paths import DEFAULT_BUILD_DIR
@@ -192,8 +194,12 @@ def test_kernels_compile_and_fit(model: str, target_name: str) -> None:
     assert set(resources) == {launch.kernel_symbol for launch in module.launches}
     for launch in module.launches:
         name = launch.kernel_symbol
-        assert re.fullmatch(rf"{launch.spec_name}_kernel(_\d+)?", name)
-        assert launch.host_allocs == [], f"{name} needs global scratch"
+        assert re.fullmatch(rf"{launch.spec_name}_(combine_)?kernel(_\d+)?", name)
+        if launch.spec_name.startswith("attention_"):  # a key split's partials, or none
+            assert {a.name for a in launch.host_allocs} <= {
+                f"{launch.spec_name}_part_acc", f"{launch.spec_name}_part_ml"}, name
+        else:
+            assert launch.host_allocs == [], f"{name} needs global scratch"
         threads = math.prod(launch.block)
         assert threads <= target.max_threads_per_block, name
         used = resources[name]
@@ -270,34 +276,59 @@ def test_evaluate_launch_expressions() -> None:
 def test_hand_written_launches_follow_n(target_name: str) -> None:
     """Paged attention and the KV store take their signature plus n, need no dynamic shared
     memory, and their grids follow n alone (one CUDA graph per row count serves every
-    position and block table): attention one block per (row, head), the store one thread
-    per vector of the n x width inputs."""
+    position and block table): attention one block per (row, head) and key split, the
+    store one thread per vector of the n x width inputs. Split attention writes partials
+    to scratch sized for its grid, and a merge launch (one block per row and head) reads
+    them into out."""
     params = cuda_params(load_target(target_name))
     for model, shape in MODELS.items():
         module = cuda_module(model, target_name)
-        launches = {la.spec_name: la for la in module.launches}
+        launches: dict[str, list[Any]] = {}
+        for la in module.launches:
+            launches.setdefault(la.spec_name, []).append(la)
         for spec in shape.kernels():
             if not isinstance(spec, AttentionSpec | KvStoreSpec):
                 continue
-            launch = launches[spec.name()]
+            launch, *rest = launches[spec.name()]
             assert launch.kernel_symbol == f"{spec.name()}_kernel"
-            assert re.search(rf'extern "C" __global__ void __launch_bounds__\([^)]*\)\s*'
-                             rf"{launch.kernel_symbol}\(", module.source), launch.kernel_symbol
+            for la in launches[spec.name()]:
+                assert re.search(rf'extern "C" __global__ void __launch_bounds__\([^)]*\)\s*'
+                                 rf"{la.kernel_symbol}\(", module.source), la.kernel_symbol
+                assert la.dynamic_smem == "0" and la.grid[2] == "1"
+            signature = [a.name for a in spec.signature()]
             names = [p.name for p in launch.params]
-            assert names == [a.name for a in spec.signature()] + ["n"]
-            assert [p.kind for p in launch.params] == ["tensor"] * (len(names) - 1) + ["size"]
-            assert launch.dynamic_smem == "0" and launch.host_allocs == []
-            assert launch.grid[1:] == ("1", "1")
+            splits = attention_splits(spec, params) if isinstance(spec, AttentionSpec) else 1
+            if splits == 1:
+                assert rest == [] and launch.host_allocs == []
+                assert names == [*signature, "n"]
+                assert [p.kind for p in launch.params] == ["tensor"] * (len(names) - 1) + ["size"]
+                assert launch.grid[1] == "1"
             if isinstance(spec, AttentionSpec):
                 assert launch.block == (params.attention_threads, 1, 1)
                 for n in (1, 2, 7, shape.max_ctx):
                     assert evaluate(launch.grid[0], {"n": n}) == n * spec.heads
+                    assert evaluate(launch.grid[1], {"n": n}) == -(-splits // n)
             else:
                 threads = launch.block[0]
                 assert threads == params.elementwise_threads
                 for n in (1, 2, 7, shape.max_ctx):
                     blocks = evaluate(launch.grid[0], {"n": n})
                     assert (blocks - 1) * threads < n * spec.width // 4 <= blocks * threads
+            if splits == 1:
+                continue
+            (merge,) = rest
+            assert merge.kernel_symbol == f"{spec.name()}_combine_kernel"
+            assert names == [x for x in signature if x != "out"] + [
+                f"{spec.name()}_part_acc", f"{spec.name()}_part_ml", "splits", "n"]
+            assert [p.name for p in merge.params] == [*names[-4:-2], "out", "splits", "n"]
+            assert merge.block == (spec.head_dim, 1, 1) and merge.grid[1] == "1"
+            sizes = {a.name: a.elements for a in launch.host_allocs}
+            assert [a.elements for a in merge.host_allocs] == list(sizes.values())
+            for n in (1, 2, 7, shape.max_ctx):
+                blocks = evaluate(launch.grid[0], {"n": n}) * evaluate(launch.grid[1], {"n": n})
+                assert evaluate(sizes[f"{spec.name()}_part_acc"], {"n": n}) == \
+                    blocks * spec.head_dim
+                assert evaluate(sizes[f"{spec.name()}_part_ml"], {"n": n}) == blocks * 2
 
 
 def test_unsupported_head_dim_is_refused_with_numbers() -> None:

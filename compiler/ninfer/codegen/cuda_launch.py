@@ -45,8 +45,8 @@ def launch_views(verified: Any, max_context: int) -> tuple[list[LaunchView], lis
         check = checks[launch.kernel_symbol]
         rows = verified.max_rows[launch.spec_name]
         for alloc in launch.host_allocs:
-            count = max(evaluate(alloc.elements, {"n": n})
-                        for n in (1, rows))
+            count = max(evaluate(alloc.elements, {"n": n})  # need not be monotonic in n
+                        for n in range(1, rows + 1))
             ctype = {"float32": "float", "int32": "int32_t", "int64": "int64_t"}[alloc.dtype]
             scratch[alloc.name] = ScratchView(alloc.name, ctype, alloc.elements, count)
         views.append(LaunchView(

@@ -11,7 +11,8 @@ computes one for given sizes.
 Paged attention and KV-cache stores are hand-written CUDA (cuda_attention.py,
 templates/cuda/paged_attention.cu.j2): their source is appended to the same translation
 unit and their launches are described the same way (parameters in spec.signature()
-order, then `n`).
+order, then `n`; attention split over its keys is two launches, which add their scratch
+and the `splits` expression).
 
 Kernel symbols are `<spec.name()>_kernel`, then `_kernel_1`, ... when one spec lowers to
 several kernels.
@@ -35,6 +36,7 @@ from . import cuda_attention
 from . import cuda_schedules as cs
 from .spec import (
     AddSpec,
+    AttentionSpec,
     EmbeddingSpec,
     KernelSpec,
     MatmulSpec,
@@ -148,14 +150,16 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
     source = module.source
     if hand_written:
         source += "\n" + cuda_attention.render_source(hand_written, params)
-    launches = module.launches + [_hand_written_launch(spec, params) for spec in hand_written]
+    launches = module.launches + [launch for spec in hand_written
+                                  for launch in _hand_written_launches(spec, params)]
     order = {spec.name(): i for i, spec in enumerate(specs)}
     launches.sort(key=lambda launch: order[launch.spec_name])  # stable: keeps _1, _2
     return CudaModule(source, launches, module.arch)
 
 
-def _hand_written_launch(spec: KernelSpec, params: cs.CudaParams) -> CudaLaunch:
-    """The one launch of a hand-written kernel: spec.signature() in order, then `n`."""
+def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[CudaLaunch]:
+    """The launches of a hand-written kernel: spec.signature() in order, then `n`; split
+    attention (cuda_attention.attention_splits > 1) is two launches over scratch."""
     grid, threads = cuda_attention.launch_shape(spec, params)
     if any(arg.kind != "tensor" for arg in spec.signature()):
         raise NotImplementedError(f"{spec.name()}: hand-written kernels take tensors and n only")
@@ -163,16 +167,25 @@ def _hand_written_launch(spec: KernelSpec, params: cs.CudaParams) -> CudaLaunch:
         CudaParam(arg.name, "tensor", _CTYPES[arg.dtype] + "*", arg.name)
         for arg in spec.signature()
     ]
-    args.append(CudaParam("n", "size", "int64_t", "n"))
-    return CudaLaunch(
-        spec_name=spec.name(),
-        kernel_symbol=cuda_attention.kernel_symbol(spec),
-        params=args,
-        grid=grid,
-        block=(threads, 1, 1),
-        dynamic_smem="0",
-        host_allocs=[],
-    )
+    size = CudaParam("n", "size", "int64_t", "n")
+    symbol = cuda_attention.kernel_symbol(spec)
+    if not (isinstance(spec, AttentionSpec) and cuda_attention.attention_splits(spec, params) > 1):
+        return [CudaLaunch(spec.name(), symbol, [*args, size], grid, (threads, 1, 1), "0", [])]
+    splits = cuda_attention.splits_expr(spec, params)
+    blocks = f"(n * {spec.heads})"
+    allocs = [HostAlloc(f"{spec.name()}_part_acc", "float32",
+                        f"({blocks} * {splits} * {spec.head_dim})"),
+              HostAlloc(f"{spec.name()}_part_ml", "float32", f"({blocks} * {splits} * 2)")]
+    part = [CudaParam(a.name, "scratch", "float*", a.name) for a in allocs]
+    out = [a for a in args if a.name == "out"]
+    split_arg = CudaParam("splits", "expr", "int64_t", splits)
+    return [
+        CudaLaunch(spec.name(), symbol, [*(a for a in args if a.name != "out"), *part, split_arg,
+                                         size],
+                   (blocks, splits, "1"), (threads, 1, 1), "0", allocs),
+        CudaLaunch(spec.name(), cuda_attention.combine_symbol(spec), [*part, *out, split_arg, size],
+                   (blocks, "1", "1"), (cuda_attention.combine_threads(spec), 1, 1), "0", allocs),
+    ]
 
 
 def lower_to_cuda(mod: tvm.IRModule, target: tvm.target.Target, sizes: set[str]) -> CudaModule:

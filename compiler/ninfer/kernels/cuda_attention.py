@@ -31,6 +31,18 @@ Attention (AttentionSpec), one thread block per (row i, query head h), grid n * 
   position. Positions clamp to [0, max_ctx), slots to [0, max_seqs), block ids to
   [0, kv_blocks); pool offsets are 64-bit.
 
+Split keys (flash-decoding): decode has few rows, so n * heads blocks leave most SMs idle
+(16 blocks for one Qwen3-0.6B row on 132 SMs), each reading a whole context. Where the
+target needs more blocks than one row gives (params.gemv_min_blocks, 4 per SM), the keys
+of each (row, head) are cut into `splits` equal ranges, one block each (grid.y), and
+every block writes its unnormalized (acc, m, l) to scratch; a second kernel merges the
+splits exactly as the warps are merged. splits(n) = ceil(S * heads / (n * heads)): S
+(attention_splits) for one row, falling to 1 once n * heads blocks fill the target, and
+never more than leaves each split MIN_KEY_STEPS warp steps of keys at max_ctx. splits
+depends on n only (a C expression in the launch), and each block derives its key range
+from pos[i] in device memory, so graphs stay valid. A split whose range is empty (a
+short context) writes m = -inf, l = 0 and adds nothing; split 0 always has key 0.
+
 KV store (KvStoreSpec): one thread per VW floats (VW = 4 when width % 4 == 0, else 2 or
 1) over the n x width inputs, params.elementwise_threads per block; rows outside
 [0, pool_rows) are skipped.
@@ -56,6 +68,7 @@ MAX_UNROLL = 8  # keys per warp and step
 # q, the accumulator, scores and addresses need the rest (checked by nvcc: no spills).
 MAX_LOADED_FLOATS = 16
 MAX_VALUES_PER_LANE = 8  # head_dim / 32: q, acc and per-key registers grow with it
+MIN_KEY_STEPS = 2  # warp steps (WARPS x unroll keys each) a split gets at max_ctx, at least
 _VEC_TYPES = {1: "float", 2: "float2", 4: "float4"}
 
 
@@ -99,6 +112,28 @@ def attention_layout(spec: AttentionSpec, params: CudaParams) -> AttentionLayout
     return AttentionLayout(threads, warps, per_lane, math.gcd(per_lane, VECTOR), unroll)
 
 
+def attention_splits(spec: AttentionSpec, params: CudaParams) -> int:
+    """Key splits for one row: enough blocks to fill the target (params.gemv_min_blocks),
+    each split keeping at least MIN_KEY_STEPS warp steps of keys at max_ctx; 1 = no split."""
+    lay = attention_layout(spec, params)
+    cap = max(1, spec.max_ctx // (MIN_KEY_STEPS * lay.warps * lay.unroll))
+    return max(1, min(cap, -(-params.gemv_min_blocks // spec.heads)))
+
+
+def splits_expr(spec: AttentionSpec, params: CudaParams) -> str:
+    """splits(n) as a C expression: attention_splits for n = 1, down to 1 as n grows."""
+    most = spec.heads * attention_splits(spec, params)
+    return f"(({most} + n * {spec.heads} - 1) / (n * {spec.heads}))"
+
+
+def combine_threads(spec: AttentionSpec) -> int:
+    return spec.head_dim  # a multiple of 32 up to 256 (attention_layout checks)
+
+
+def combine_symbol(spec: AttentionSpec) -> str:
+    return f"{spec.name()}_combine_kernel"
+
+
 def kv_store_vector(spec: KvStoreSpec) -> int:
     return math.gcd(spec.width, VECTOR)
 
@@ -124,6 +159,8 @@ def _attention_values(spec: AttentionSpec, params: CudaParams) -> dict[str, obje
         "scale": repr(float(spec.head_dim**-0.5)), "threads": lay.threads,
         "warps": lay.warps, "per_lane": lay.per_lane, "vw": lay.vw,
         "vec": _VEC_TYPES[lay.vw], "unroll": lay.unroll,
+        "split": attention_splits(spec, params) > 1, "combine_symbol": combine_symbol(spec),
+        "combine_threads": combine_threads(spec),
     }
 
 
