@@ -63,6 +63,9 @@ class CompileResult:
     report_data: dict[str, Any]
 
 
+CUDA_WEIGHT_FORMATS = ("f32", "f16", "bf16")  # read by the TE matmul, widened to f32
+
+
 def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> CompileResult:
     # Code generation imports tvm_ffi and the build needs a toolchain; both are imported
     # here so that write_model_artifact runs where neither exists.
@@ -113,11 +116,13 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     if projections == "auto":
         projections = "coop" if target.is_cuda else "tvm"
     if target.is_cuda:
-        other = sorted({f for f in plan.to_json()["weights"].values() if f != "f32"})
+        other = sorted({f for f in plan.to_json()["weights"].values()
+                        if f not in CUDA_WEIGHT_FORMATS})
         if other:
-            raise FrontendError(f"--weights {', '.join(other)}: the CUDA kernels read f32 "
-                                f"weights only so far; compile {target.name} with --weights "
-                                "f32 (quantized formats run on the cpu target)")
+            raise FrontendError(f"--weights {', '.join(other)}: the CUDA kernels read "
+                                f"{', '.join(CUDA_WEIGHT_FORMATS)} weights so far; compile "
+                                f"{target.name} with one of those (group-quantized formats run "
+                                "on the cpu target)")
         if plan.kv.dtype != "f32":
             raise FrontendError(f"--kv-dtype {plan.kv.dtype}: the CUDA attention reads an f32 "
                                 f"KV cache only so far; compile {target.name} with --kv-dtype "

@@ -8,9 +8,11 @@
    two targets whose schedule parameters differ: this runs the kernels' actual loop nests,
    index math and masks on the CPU.
 
-To add a case, add it to CASES in test_cpu_kernels.py; both checks pick it up. Families
-without a TE definition (paged attention, KV store: hand-written CUDA) are left out here;
-tests/kernels/test_cuda_emulation.py runs their CUDA source on the CPU instead.
+To add a case, add it to CASES in test_cpu_kernels.py; both checks pick it up. 16-bit
+float weights (f16, bf16), which the TE matmul widens as it reads them, have their own
+cases (HALF_SPECS). Families without a TE definition (paged attention, KV store:
+hand-written CUDA) are left out here; tests/kernels/test_cuda_emulation.py runs their CUDA
+source on the CPU instead.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import tvm
 from test_cpu_kernels import CASES, TOL, Case, make_inputs, run_kernel
 from tvm import tirx
 
-from ninfer.kernels import KernelSpec, reference
+from ninfer import quant
+from ninfer.kernels import KernelSpec, MatmulSpec, reference
 from ninfer.kernels.cuda import cuda_primfunc, serial_equivalent
 from ninfer.kernels.te_defs import TE_FAMILIES, te_primfunc
 from ninfer.targets import load_target
@@ -72,6 +75,32 @@ def test_cuda_schedule_math_matches_reference(
     scheduled_kernels: tvm.runtime.Executable, case: Case
 ) -> None:
     _check(scheduled_kernels, case)
+
+
+# 16-bit float weights (CUDA reads f16 and bf16 through the TE matmul): odd sizes, a bias,
+# and rows of very different magnitude; the reference uses the exactly widened weights.
+HALF_SPECS = [MatmulSpec(200, 37, False, schedule, fmt) for fmt in ("f16", "bf16")
+              for schedule in ("gemv", "gemm")] + [MatmulSpec(264, 74, True, "gemm", "bf16")]
+
+
+@pytest.mark.parametrize("stage", ["te", *SCHEDULE_TARGETS])
+def test_half_weights_match_reference(stage: str) -> None:
+    funcs = {s.name(): te_primfunc(s) if stage == "te" else
+             serial_equivalent(cuda_primfunc(s, load_target(stage))) for s in HALF_SPECS}
+    ex = _build(funcs)
+    for spec in HALF_SPECS:
+        rng = np.random.default_rng(zlib.crc32(spec.name().encode()))
+        scale = np.exp(rng.uniform(-3, 3, size=(spec.n_out, 1)))
+        w = (rng.standard_normal((spec.n_out, spec.k)) * scale).astype(np.float32)
+        args = [rng.standard_normal((5, spec.k)).astype(np.float32),
+                quant.pack(w, spec.wdtype)["w"]]
+        if spec.bias:
+            args.append(rng.standard_normal(spec.n_out).astype(np.float32))
+        out = tvm.runtime.tensor(np.full((5, spec.n_out), np.nan, np.float32))
+        ex[spec.name()](*(tvm.runtime.tensor(a) for a in args), out)
+        ref = reference(spec, *args)
+        err = np.linalg.norm(out.numpy() - ref) / np.linalg.norm(ref)
+        assert err <= TOL, f"{spec.name()} ({stage}): relative error {err:.3g} > {TOL:g}"
 
 
 @pytest.mark.parametrize("spec", SPECS.values(), ids=list(SPECS))

@@ -51,8 +51,8 @@ def coop_stubs(plan: Any, target: Any, cache_dir: Path) -> tuple[dict[str, CoopS
     reports: list[Any] = []
     for role in ("q", "k", "v", "o", "gate_up", "down"):
         spec = plan.kernels[f"{role}_gemm"]
-        if spec.bias:
-            continue  # the family has no bias epilogue
+        if spec.bias or spec.wdtype != "float32":
+            continue  # the family has no bias epilogue and reads f32 weights: the TVM GEMM
         key = (spec.k, spec.n_out)
         if key not in by_shape:
             router = derive_coop_routes(target, spec.k, spec.n_out, chunk, cache_dir)

@@ -286,7 +286,8 @@ def _param(
     return CudaParam(kparam.name, "expr", ctype, c(arg))
 
 
-_CTYPES = {"float32": "float", "float16": "half", "int32": "int32_t", "int64": "int64_t"}
+_CTYPES = {"float32": "float", "float16": "half", "uint16": "uint16_t", "int32": "int32_t",
+           "int64": "int64_t"}
 
 
 def _const(expr: Any, symbol: str) -> int:

@@ -76,20 +76,33 @@ def rmsnorm(spec: RMSNormSpec) -> tirx.PrimFunc:
     return te.create_prim_func([x, w, out])
 
 
+# Float weight formats the TE matmul reads (ninfer.quant layouts): storage dtype of w.
+_W_STORAGE = {"float32": F32, "f16": "float16", "bf16": "uint16"}
+
+
+def _widen(wdtype: str, value: tirx.PrimExpr) -> tirx.PrimExpr:
+    """A stored weight as float32: f16 converts; bf16 (uint16 bits) becomes the top half
+    of a float32, which is exact."""
+    if wdtype == "bf16":
+        return tirx.reinterpret(F32, value.astype("uint32") << tirx.const(16, "uint32"))
+    return value.astype(F32)
+
+
 def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
-    """out[i, j] = sum_k x[i, k] * w[j, k] (+ bias[j]); the product is block "matmul"."""
-    if spec.wdtype != "float32":
+    """out[i, j] = sum_k x[i, k] * w[j, k] (+ bias[j]); the product is block "matmul".
+    w is float32, f16 or bf16, widened to float32 as it is read."""
+    if spec.wdtype not in _W_STORAGE:
         raise NotImplementedError(
-            f"{spec.name()}: weight format {spec.wdtype} has CPU kernels only (cpu_matmul, "
-            "cpu_qmatmul); the TE/CUDA matmul takes float32 weights"
+            f"{spec.name()}: weight format {spec.wdtype} has CPU kernels only (cpu_qmatmul); "
+            f"the TE/CUDA matmul reads {', '.join(_W_STORAGE)} weights"
         )
     n, K, N = _tokens(), i64(spec.k), i64(spec.n_out)
     x = te.placeholder((n, K), F32, "x")
-    w = te.placeholder((N, K), spec.wdtype, "w")
+    w = te.placeholder((N, K), _W_STORAGE[spec.wdtype], "w")
     k = te.reduce_axis((i64(0), K), "k")
 
     def product(i: tirx.PrimExpr, j: tirx.PrimExpr) -> tirx.PrimExpr:
-        return te.sum(x[i, k] * w[j, k].astype(F32), axis=k)
+        return te.sum(x[i, k] * _widen(spec.wdtype, w[j, k]), axis=k)
 
     if not spec.bias:
         out = te.compute((n, N), product, name="out")
