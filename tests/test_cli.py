@@ -36,7 +36,7 @@ def test_demo_checkpoint_is_deterministic(tmp_path):
     (["--max-context", "100000"], "exceeds the model's max_position_embeddings"),
     (["--memory-gib", "0.001"], "does not fit"),
     (["--prefill-projections", "coop"], "needs a CUDA target"),
-    (["--target", "h100", "--kv-dtype", "int8"], "reads an f32 KV cache only so far"),
+    (["--target", "h100", "--kv-dtype", "int8"], "reads f32, f16, bf16 KV caches"),
     (["--target", "h100", "--weights", "q8g32"], "read f32, f16, bf16 weights so far"),
 ])
 def test_compile_errors_are_clear(tmp_path, args, message):

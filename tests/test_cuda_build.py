@@ -105,19 +105,24 @@ def test_coop_prefill_projections_are_routed_and_verified(qwen3_model):
     assert result.server.exists()
 
 
-def test_half_weights_build_for_cuda(qwen3_model):
-    """--weights bf16 (lm_head f16) on a GPU target: the TE matmul reads 16-bit weights
-    and widens them, so every projection and the LM head run on them, the cooperative
-    family (f32 weights only) is left out, and the server links."""
+def test_16bit_weights_and_kv_build_for_cuda(qwen3_model):
+    """--weights bf16 (lm_head f16) and --kv-dtype f16 on a GPU target: the TE matmul
+    reads 16-bit weights and widens them, so every projection and the LM head run on them,
+    the cooperative family (f32 weights only) is left out; attention and the KV store
+    take the f16 pool; every launch verifies and the server links."""
     from ninfer.pipeline import CompileOptions, compile_model
 
     out = TEST_MODELS / "qwen3-tiny-h200-bf16"
     result = compile_model(CompileOptions(
         model_dir=qwen3_model.checkpoint, target="h200", out_dir=out, model_id="qwen3-tiny",
         max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK, weights="bf16",
-        weight_overrides=(("lm_head", "f16"),)))
+        weight_overrides=(("lm_head", "f16"),), kv_dtype="f16"))
     report = result.report_data
     assert set(report["plan"]["weights"].values()) == {"bf16", "f16"}
+    assert report["plan"]["kv"]["dtype"] == "f16"
+    launched = {row["kernel"] for row in report["launches"]}
+    assert any(k.startswith("attention_") and k.endswith("_f16_kernel") for k in launched)
+    assert any(k.startswith("kv_store_") and "_f16_" in k for k in launched)
     kernels = {row["kernel"] for row in report["launches"]}
     matmuls = {k for k in kernels if k.startswith("matmul_")}
     assert matmuls and all("_bf16_" in k or "_f16_" in k for k in matmuls), matmuls

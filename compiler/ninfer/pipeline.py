@@ -64,6 +64,7 @@ class CompileResult:
 
 
 CUDA_WEIGHT_FORMATS = ("f32", "f16", "bf16")  # read by the TE matmul, widened to f32
+CUDA_KV_DTYPES = ("f32", "f16", "bf16")  # cuda_attention.CUDA_KV_FORMATS
 
 
 def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> CompileResult:
@@ -123,10 +124,11 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
                                 f"{', '.join(CUDA_WEIGHT_FORMATS)} weights so far; compile "
                                 f"{target.name} with one of those (group-quantized formats run "
                                 "on the cpu target)")
-        if plan.kv.dtype != "f32":
-            raise FrontendError(f"--kv-dtype {plan.kv.dtype}: the CUDA attention reads an f32 "
-                                f"KV cache only so far; compile {target.name} with --kv-dtype "
-                                "f32 (the other KV formats run on the cpu target)")
+        if plan.kv.dtype not in CUDA_KV_DTYPES:
+            raise FrontendError(f"--kv-dtype {plan.kv.dtype}: the CUDA attention reads "
+                                f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "
+                                f"{target.name} with one of those (the other KV formats run on "
+                                "the cpu target)")
         verified = _verify_cuda_kernels(plan, target, graph, opts.kernel_cache)
         backend = _cuda_backend_values(verified, plan)
         if projections == "coop":

@@ -7,7 +7,8 @@ with the grid and block of its CudaLaunch, then compared with the float64 refere
 Pool rows that no key may read are NaN, so a stray read shows up in the output.
 
 Attention split over its keys (flash-decoding) runs both of its launches, with NaN-filled
-scratch. Cases cover GQA ratios 1..8, head_dim 32..256 (vector widths 1, 2 and 4), rows from
+scratch. Pools are f32, f16 or bf16 (stored bits compared exactly for the store). Cases
+cover GQA ratios 1..8, head_dim 32..256 (vector widths 1, 2 and 4), rows from
 several sequences in one launch, positions 0 (most warps without keys), clamped positions
 and block ids, and the schedule of two shipped targets plus a small-block target whose
 warps take 8 keys per step (masked tails).
@@ -16,6 +17,7 @@ warps take 8 keys per step (masked tails).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import shutil
@@ -26,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ninfer import kv_formats
 from ninfer.kernels import AttentionSpec, KernelSpec, KvStoreSpec, reference
 from ninfer.kernels.cuda import CudaLaunch, build_cuda_source, evaluate
 from ninfer.kernels.cuda_attention import (
@@ -45,7 +48,8 @@ HERE = Path(__file__).resolve().parent
 CACHE = DEFAULT_BUILD_DIR / ".cuda-emulation"
 TOL = 1e-5
 CXX = shutil.which("g++")
-_CTYPES = {"float*": ctypes.c_void_p, "int32_t*": ctypes.c_void_p, "int64_t": ctypes.c_int64}
+_CTYPES = {"float*": ctypes.c_void_p, "int32_t*": ctypes.c_void_p, "uint16_t*": ctypes.c_void_p,
+           "int64_t": ctypes.c_int64}
 
 
 def small_block_target() -> Target:
@@ -69,8 +73,18 @@ ATTENTION = [
     AttentionSpec(heads=8, kv_heads=1, head_dim=256, max_ctx=64, block_size=32, max_seqs=2,
                   kv_blocks=4),
 ]
+# 16-bit KV pools (f16, bf16): vector widths 4, 2 and 1, a split target among them.
+ATTENTION += [
+    dataclasses.replace(ATTENTION[0], kv_dtype="f16"),
+    dataclasses.replace(ATTENTION[2], kv_dtype="bf16"),
+    dataclasses.replace(ATTENTION[3], kv_dtype="f16"),
+]
 KV_STORE = [KvStoreSpec(width=64, pool_rows=50), KvStoreSpec(width=6, pool_rows=9),
-            KvStoreSpec(width=5, pool_rows=9)]
+            KvStoreSpec(width=5, pool_rows=9),
+            KvStoreSpec(width=64, pool_rows=50, kv_dtype="f16", head_dim=32),
+            KvStoreSpec(width=6, pool_rows=9, kv_dtype="bf16", head_dim=6),
+            KvStoreSpec(width=10, pool_rows=9, kv_dtype="f16", head_dim=5)]
+NAN_BITS = {"f16": 0x7E00, "bf16": 0x7FC0}  # a quiet NaN as stored
 
 
 @functools.cache
@@ -181,10 +195,19 @@ def attention_inputs(spec: AttentionSpec, rng: np.random.Generator
     for p, s in zip(pos_a, seq_a):
         j = np.arange(np.clip(p, 0, spec.max_ctx - 1) + 1)
         read[np.clip(tables[s][j // bs], 0, spec.kv_blocks - 1) * bs + j % bs] = True
-    k_pool[~read] = np.nan
-    v_pool[~read] = np.nan
+    k_pool, v_pool = (stored(spec.kv_dtype, pool, read) for pool in (k_pool, v_pool))
     q = rng.standard_normal((n, spec.heads, spec.head_dim)).astype(np.float32)
     return [q, k_pool, v_pool, pos_a, seq_a, tables], n
+
+
+def stored(kv_dtype: str, pool: np.ndarray, read: np.ndarray) -> np.ndarray:
+    """`pool` in the KV format (f32, f16 or bf16), NaN in the rows no key may read."""
+    (out,) = kv_formats.encode(kv_dtype, pool)
+    if kv_dtype == "f32":
+        out[~read] = np.nan
+    else:
+        out.view(np.uint16)[~read] = NAN_BITS[kv_dtype]
+    return out
 
 
 @pytest.mark.parametrize("target_name", sorted(TARGETS))
@@ -266,10 +289,14 @@ def test_kv_store_writes_only_valid_rows(target_name: str, spec: KvStoreSpec) ->
     rows = np.array([3, -1, 0, spec.pool_rows - 1, spec.pool_rows, 5, 2**31 - 1], np.int32)
     n = len(rows)
     x = rng.standard_normal((n, spec.width)).astype(np.float32)
+    x[0, :3] = [1e6, -1e6, 1 + 2**-11]  # f16 saturates; ties round to even
     pool = rng.standard_normal((spec.pool_rows, spec.width)).astype(np.float32)
+    if spec.kv_dtype != "f32":
+        heads = (spec.width // spec.head_dim, spec.head_dim)
+        (pool,) = kv_formats.encode(spec.kv_dtype, pool.reshape(-1, *heads))
     want = pool.copy()
     for i, r in enumerate(rows):
         if 0 <= r < spec.pool_rows:
-            want[r] = x[i]
+            want[r] = kv_formats.encode(spec.kv_dtype, x[i].reshape(want[r].shape))[0]
     run(target_name, spec, [x, rows, pool], n)
-    np.testing.assert_array_equal(pool, want)
+    np.testing.assert_array_equal(pool.view(np.uint8), want.view(np.uint8))  # bit for bit

@@ -163,8 +163,9 @@ def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[Cuda
     grid, threads = cuda_attention.launch_shape(spec, params)
     if any(arg.kind != "tensor" for arg in spec.signature()):
         raise NotImplementedError(f"{spec.name()}: hand-written kernels take tensors and n only")
-    args = [
-        CudaParam(arg.name, "tensor", _CTYPES[arg.dtype] + "*", arg.name)
+    args = [  # 16-bit KV pools travel as their bits
+        CudaParam(arg.name, "tensor",
+                  ("uint16_t" if arg.dtype == "float16" else _CTYPES[arg.dtype]) + "*", arg.name)
         for arg in spec.signature()
     ]
     size = CudaParam("n", "size", "int64_t", "n")

@@ -43,6 +43,10 @@ depends on n only (a C expression in the launch), and each block derives its key
 from pos[i] in device memory, so graphs stay valid. A split whose range is empty (a
 short context) writes m = -inf, l = 0 and adds nothing; split 0 always has key 0.
 
+KV formats: f32, f16 and bf16 pools (CUDA_KV_FORMATS); 16-bit elements are loaded VW at a
+time as one 2 x VW-byte access and widened to float, and the store rounds as
+ninfer.kv_formats.encode does.
+
 KV store (KvStoreSpec): one thread per VW floats (VW = 4 when width % 4 == 0, else 2 or
 1) over the n x width inputs, params.elementwise_threads per block; rows outside
 [0, pool_rows) are skipped.
@@ -70,6 +74,10 @@ MAX_LOADED_FLOATS = 16
 MAX_VALUES_PER_LANE = 8  # head_dim / 32: q, acc and per-key registers grow with it
 MIN_KEY_STEPS = 2  # warp steps (WARPS x unroll keys each) a split gets at max_ctx, at least
 _VEC_TYPES = {1: "float", 2: "float2", 4: "float4"}
+# KV formats the CUDA kernels read and write: template struct and element type of a pool
+# (16-bit formats travel as their bits).
+CUDA_KV_FORMATS = {"f32": ("F32", "float"), "f16": ("F16", "uint16_t"),
+                   "bf16": ("BF16", "uint16_t")}
 
 
 def is_hand_written(spec: KernelSpec) -> bool:
@@ -159,6 +167,8 @@ def _attention_values(spec: AttentionSpec, params: CudaParams) -> dict[str, obje
         "scale": repr(float(spec.head_dim**-0.5)), "threads": lay.threads,
         "warps": lay.warps, "per_lane": lay.per_lane, "vw": lay.vw,
         "vec": _VEC_TYPES[lay.vw], "unroll": lay.unroll,
+        "kv_format": CUDA_KV_FORMATS[spec.kv_dtype][0],
+        "kv_ctype": CUDA_KV_FORMATS[spec.kv_dtype][1],
         "split": attention_splits(spec, params) > 1, "combine_symbol": combine_symbol(spec),
         "combine_threads": combine_threads(spec),
     }
@@ -169,6 +179,8 @@ def _kv_store_values(spec: KvStoreSpec, params: CudaParams) -> dict[str, object]
     return {
         "name": spec.name(), "symbol": kernel_symbol(spec), "width": spec.width,
         "pool_rows": spec.pool_rows, "vw": vw, "vec": _VEC_TYPES[vw],
+        "kv_format": CUDA_KV_FORMATS[spec.kv_dtype][0],
+        "kv_ctype": CUDA_KV_FORMATS[spec.kv_dtype][1],
         "threads": launch_shape(spec, params)[1],
     }
 
@@ -180,9 +192,11 @@ def render_source(specs: Iterable[KernelSpec], params: CudaParams) -> str:
     if not unique:
         return ""
     for s in unique:
-        if isinstance(s, (AttentionSpec, KvStoreSpec)) and (s.kv_dtype != "f32" or s.rotate):
-            raise NotImplementedError(f"{s.name()}: the CUDA KV-cache kernels read and write "
-                                      "f32 pools only (other KV formats run on the CPU)")
+        if isinstance(s, (AttentionSpec, KvStoreSpec)) and (
+                s.kv_dtype not in CUDA_KV_FORMATS or s.rotate):
+            raise NotImplementedError(
+                f"{s.name()}: the CUDA KV-cache kernels read and write "
+                f"{', '.join(CUDA_KV_FORMATS)} pools only (the other KV formats run on the CPU)")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True)
