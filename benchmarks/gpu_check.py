@@ -12,6 +12,7 @@ Needs only python3 with torch, transformers, httpx, numpy, safetensors, xxhash a
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -104,6 +105,14 @@ def parity(build: Path, prompts: list[list[int]], expected: list[list[int]]) -> 
     return failures
 
 
+def server_greedy(build: Path, prompts: list[list[int]]) -> list[list[int]]:
+    """Greedy tokens of another ninfer build (here: the CPU build of the same formats)."""
+    from ninfer.runtime import Server
+
+    with Server(build) as srv:
+        return [complete(srv.client, ids, 32)["choices"][0]["token_ids"] for ids in prompts]
+
+
 def sanitize(build: Path, ids: list[int], want: list[int]) -> int:
     """Prefill + decode, two requests at once, under compute-sanitizer memcheck."""
     from ninfer.runtime import Server, ServerError
@@ -181,6 +190,7 @@ def bench(root: Path) -> None:
 
 
 def run(root: Path) -> int:
+    import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     ckpt = root / "checkpoint"
@@ -190,11 +200,25 @@ def run(root: Path) -> int:
     hf = AutoModelForCausalLM.from_pretrained(ckpt, dtype="float32").eval()
     expected = [[t for t in seq if t not in eos][:32] for seq in hf_greedy(hf, prompts, 32,
                                                                           "cpu")]
+    # bf16 builds store the matmul weights rounded to bf16 and compute in f32: the
+    # reference is transformers with exactly those weights (embeddings and norms stay f32).
+    hf16 = copy.deepcopy(hf)
+    for mod in hf16.modules():
+        if isinstance(mod, torch.nn.Linear):  # a new Parameter also unties lm_head
+            mod.weight = torch.nn.Parameter(mod.weight.detach().to(torch.bfloat16).float())
+    expected16 = [[t for t in seq if t not in eos][:32] for seq in hf_greedy(hf16, prompts, 32,
+                                                                            "cpu")]
     failures = 0
     builds = sorted(p for p in root.iterdir() if (p / "model.ninfer").exists()
-                    and p.name.startswith("qwen3-tiny"))
+                    and p.name.startswith("qwen3-tiny") and "-cpu-" not in p.name)
     for build in builds:
-        failures += parity(build, prompts, expected)
+        want = expected16 if build.name.endswith("-bf16") else expected
+        cpu = root / re.sub(r"^qwen3-tiny-[^-]+", "qwen3-tiny-cpu", build.name)
+        if "-kvf16" in build.name:
+            # An f16 KV cache rounds keys and values, which transformers does not: the
+            # reference is the CPU build of the same formats (the same rounding).
+            want = server_greedy(cpu, prompts)
+        failures += parity(build, prompts, want)
     print(f"{failures} mismatches")
     for build in builds:
         failures += sanitize(build, prompts[1], expected[1])

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, in two halves because the lent GPU machine has no package registry:
 #   bash scripts/gpu_check.sh prepare TARGET   # here: compile the tiny Qwen3 for TARGET
-#                                              # (coop and tvm prefill projections) and a
+#                                              # (coop and tvm prefill projections; bf16
+#                                              # weights with an f16 KV cache) and a
 #                                              # 0.6B-shaped bench model (no artifact)
 #   bash scripts/gpu_check.sh run              # there: parity with transformers (graphs
 #                                              # on/off, 1/2/4 streams), memcheck, speed
@@ -33,6 +34,15 @@ for mode in ("coop", "tvm"):
                                  model_id="qwen3-tiny", max_context=MAX_CONTEXT,
                                  max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
                                  python_module=False, prefill_projections=mode))
+    tidy(out)
+# bf16 matmul weights with an f16 KV cache, on the GPU and (the reference, as the f16
+# cache rounds keys and values where transformers does not) on the CPU.
+for t in (target, "cpu"):
+    out = root / f"qwen3-tiny-{t}-kvf16-bf16"
+    compile_model(CompileOptions(model_dir=model.checkpoint, target=t, out_dir=out,
+                                 model_id="qwen3-tiny", max_context=MAX_CONTEXT,
+                                 max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+                                 python_module=False, weights="bf16", kv_dtype="f16"))
     tidy(out)
 # The 0.6B-shaped bench model: built here without its 3 GB artifact, which
 # gpu_check.py writes there from a checkpoint it makes with the same seed and shapes.
