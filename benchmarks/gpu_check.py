@@ -200,19 +200,26 @@ def run(root: Path) -> int:
     hf = AutoModelForCausalLM.from_pretrained(ckpt, dtype="float32").eval()
     expected = [[t for t in seq if t not in eos][:32] for seq in hf_greedy(hf, prompts, 32,
                                                                           "cpu")]
-    # bf16 builds store the matmul weights rounded to bf16 and compute in f32: the
-    # reference is transformers with exactly those weights (embeddings and norms stay f32).
-    hf16 = copy.deepcopy(hf)
-    for mod in hf16.modules():
-        if isinstance(mod, torch.nn.Linear):  # a new Parameter also unties lm_head
-            mod.weight = torch.nn.Parameter(mod.weight.detach().to(torch.bfloat16).float())
-    expected16 = [[t for t in seq if t not in eos][:32] for seq in hf_greedy(hf16, prompts, 32,
-                                                                            "cpu")]
+    # Builds with 16-bit or quantized matmul weights (name suffix -bf16, -q8g32) compute in
+    # f32 with exactly the stored weights: the reference is transformers with those weights
+    # (embeddings and norms stay f32; activations are not rounded on CUDA).
+    from ninfer import quant
+
+    def reference_for(fmt: str) -> list[list[int]]:
+        m = copy.deepcopy(hf)
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.Linear):  # a new Parameter also unties lm_head
+                w = mod.weight.detach().numpy()
+                stored = quant.dequantize(quant.pack(w, fmt), fmt, w.shape[1])
+                mod.weight = torch.nn.Parameter(torch.from_numpy(stored.astype("float32")))
+        return [[t for t in seq if t not in eos][:32] for seq in hf_greedy(m, prompts, 32, "cpu")]
+
     failures = 0
     builds = sorted(p for p in root.iterdir() if (p / "model.ninfer").exists()
                     and p.name.startswith("qwen3-tiny") and "-cpu-" not in p.name)
     for build in builds:
-        want = expected16 if build.name.endswith("-bf16") else expected
+        fmt = build.name.rsplit("-", 1)[-1]
+        want = reference_for(fmt) if fmt in ("bf16", "q8g32", "q4g64") else expected
         cpu = root / re.sub(r"^qwen3-tiny-[^-]+", "qwen3-tiny-cpu", build.name)
         if "-kvf16" in build.name:
             # An f16 KV cache rounds keys and values, which transformers does not: the

@@ -2,7 +2,7 @@
 # The GPU check, in two halves because the lent GPU machine has no package registry:
 #   bash scripts/gpu_check.sh prepare TARGET   # here: compile the tiny Qwen3 for TARGET
 #                                              # (coop and tvm prefill projections; bf16
-#                                              # weights with an f16 KV cache) and a
+#                                              # weights with an f16 KV cache; q8g32) and a
 #                                              # 0.6B-shaped bench model (no artifact)
 #   bash scripts/gpu_check.sh run              # there: parity with transformers (graphs
 #                                              # on/off, 1/2/4 streams), memcheck, speed
@@ -44,6 +44,13 @@ for t in (target, "cpu"):
                                  max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
                                  python_module=False, weights="bf16", kv_dtype="f16"))
     tidy(out)
+# Group-quantized weights (hand-written CUDA kernels).
+out = root / f"qwen3-tiny-{target}-q8g32"
+compile_model(CompileOptions(model_dir=model.checkpoint, target=target, out_dir=out,
+                             model_id="qwen3-tiny", max_context=MAX_CONTEXT,
+                             max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+                             python_module=False, weights="q8g32"))
+tidy(out)
 # The 0.6B-shaped bench model: built here without its 3 GB artifact, which
 # gpu_check.py writes there from a checkpoint it makes with the same seed and shapes.
 ckpt = Path("build/bench-0.6b-checkpoint")

@@ -37,7 +37,6 @@ def test_demo_checkpoint_is_deterministic(tmp_path):
     (["--memory-gib", "0.001"], "does not fit"),
     (["--prefill-projections", "coop"], "needs a CUDA target"),
     (["--target", "h100", "--kv-dtype", "int8"], "reads f32, f16, bf16 KV caches"),
-    (["--target", "h100", "--weights", "q8g32"], "read f32, f16, bf16 weights so far"),
 ])
 def test_compile_errors_are_clear(tmp_path, args, message):
     r = run("-m", "ninfer.cli", "-o", str(tmp_path / "out"), *args)

@@ -131,3 +131,27 @@ def test_16bit_weights_and_kv_build_for_cuda(qwen3_model):
         _, hi = map(int, row["sizes"].split()[1].split(".."))
         assert int(row["max_ok_size"]) == hi, row
     assert result.server.exists()
+
+
+def test_quantized_weights_build_for_cuda(qwen3_model):
+    """--weights q4g64 (lm_head q8g32) on a GPU target: the projections and the LM head
+    run the hand-written group-quantized kernels (gemv for decode rows, the tiled gemm for
+    prefill), read in the artifact's layout; every launch verifies and the server links."""
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    out = TEST_MODELS / "qwen3-tiny-rtx4080s-q4g64"
+    result = compile_model(CompileOptions(
+        model_dir=qwen3_model.checkpoint, target="rtx4080s", out_dir=out, model_id="qwen3-tiny",
+        max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK, weights="q4g64",
+        weight_overrides=(("lm_head", "q8g32"),)))
+    report = result.report_data
+    matmuls = {row["kernel"] for row in report["launches"] if row["kernel"].startswith("matmul_")}
+    assert {k.rsplit("_", 2)[-2] for k in matmuls} == {"gemv", "gemm"}
+    assert all("_q4g64_" in k or "_q8g32_" in k for k in matmuls), matmuls
+    assert any("_q8g32_gemv" in k for k in matmuls)
+    source = (out / "src" / "launch.cu").read_text()
+    assert "ninfer_q::Eight<4>" in source and "ninfer_q::Eight<8>" in source
+    for row in report["launches"]:
+        _, hi = map(int, row["sizes"].split()[1].split(".."))
+        assert int(row["max_ok_size"]) == hi, row
+    assert result.server.exists()

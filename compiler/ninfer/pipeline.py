@@ -63,7 +63,6 @@ class CompileResult:
     report_data: dict[str, Any]
 
 
-CUDA_WEIGHT_FORMATS = ("f32", "f16", "bf16")  # read by the TE matmul, widened to f32
 CUDA_KV_DTYPES = ("f32", "f16", "bf16")  # cuda_attention.CUDA_KV_FORMATS
 
 
@@ -117,13 +116,6 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     if projections == "auto":
         projections = "coop" if target.is_cuda else "tvm"
     if target.is_cuda:
-        other = sorted({f for f in plan.to_json()["weights"].values()
-                        if f not in CUDA_WEIGHT_FORMATS})
-        if other:
-            raise FrontendError(f"--weights {', '.join(other)}: the CUDA kernels read "
-                                f"{', '.join(CUDA_WEIGHT_FORMATS)} weights so far; compile "
-                                f"{target.name} with one of those (group-quantized formats run "
-                                "on the cpu target)")
         if plan.kv.dtype not in CUDA_KV_DTYPES:
             raise FrontendError(f"--kv-dtype {plan.kv.dtype}: the CUDA attention reads "
                                 f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "

@@ -33,14 +33,15 @@ and no zero point: w[j, k] ~= d * q[j, k], g = k // G. k must be a multiple of G
   even (NaN stays NaN).
 - Values whose float16 (or scale) would overflow are rejected, not turned into inf.
 
-Kernels for q8/q4 also round the activations: each row of x is cut into the same groups
-of G values along k and stored as int8 with one float32 scale dx = max|x| / 127 (x * (127
-/ max|x|) rounded half-even, in float32); the group's integer dot product is then exact
-and out += d * dx * dot (see `quantize_activations`). Measured on a 4096 x 4096 Gaussian
-weight (relative L2 error of out against float64 with unrounded weights and x): rounding
-x alone adds 0.5-0.7% (Gaussian x) to 0.8-1.4% (heavy-tailed, Student-t3 x); q8g32 goes
-from 0.54% (weights only) to 0.76% (1.0% with heavy tails); q4g64 (9.6%) and q4g128
-(10.4%) barely change. f16: 0.02%, bf16: 0.17%.
+The CPU kernels for q8/q4 also round the activations (the CUDA ones keep them float32):
+each row of x is cut into the same groups of G values along k and stored as int8 with
+one float32 scale dx = max|x| / 127 (x * (127 / max|x|) rounded half-even, in float32);
+the group's integer dot product is then exact and out += d * dx * dot (see
+`quantize_activations`). Measured on a 4096 x 4096 Gaussian weight (relative L2 error of
+out against float64 with unrounded weights and x): rounding x alone adds 0.5-0.7%
+(Gaussian x) to 0.8-1.4% (heavy-tailed, Student-t3 x); q8g32 goes from 0.54% (weights
+only) to 0.76% (1.0% with heavy tails); q4g64 (9.6%) and q4g128 (10.4%) barely change.
+f16: 0.02%, bf16: 0.17%.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""CPU run of the hand-written CUDA kernels (paged attention, KV-cache store).
+"""CPU run of the hand-written CUDA kernels (paged attention, KV-cache store, group-
+quantized matmuls).
 
 The exact source `build_cuda_source` emits for them (templates/cuda/paged_attention.cu.j2)
 is compiled with g++ against a small host emulation of CUDA (cuda_emulation.h: one
@@ -28,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ninfer import kv_formats
-from ninfer.kernels import AttentionSpec, KernelSpec, KvStoreSpec, reference
+from ninfer import kv_formats, quant
+from ninfer.kernels import AttentionSpec, KernelSpec, KvStoreSpec, MatmulSpec, reference
 from ninfer.kernels.cuda import CudaLaunch, build_cuda_source, evaluate
 from ninfer.kernels.cuda_attention import (
     MAX_LOADED_FLOATS,
@@ -49,7 +50,7 @@ CACHE = DEFAULT_BUILD_DIR / ".cuda-emulation"
 TOL = 1e-5
 CXX = shutil.which("g++")
 _CTYPES = {"float*": ctypes.c_void_p, "int32_t*": ctypes.c_void_p, "uint16_t*": ctypes.c_void_p,
-           "int64_t": ctypes.c_int64}
+           "int8_t*": ctypes.c_void_p, "uint8_t*": ctypes.c_void_p, "int64_t": ctypes.c_int64}
 
 
 def small_block_target() -> Target:
@@ -85,6 +86,10 @@ KV_STORE = [KvStoreSpec(width=64, pool_rows=50), KvStoreSpec(width=6, pool_rows=
             KvStoreSpec(width=6, pool_rows=9, kv_dtype="bf16", head_dim=6),
             KvStoreSpec(width=10, pool_rows=9, kv_dtype="f16", head_dim=5)]
 NAN_BITS = {"f16": 0x7E00, "bf16": 0x7FC0}  # a quiet NaN as stored
+# Group-quantized matmuls: 1..3 groups, n_out off the 64-column tile, with and without bias.
+QMATMUL = [MatmulSpec(k, n_out, bias, schedule, fmt)
+           for fmt, k, n_out in (("q8g32", 96, 37), ("q4g64", 192, 70), ("q4g128", 384, 37))
+           for schedule in ("gemv", "gemm") for bias in (False, True)]
 
 
 @functools.cache
@@ -92,7 +97,7 @@ def emulated(target_name: str) -> tuple[ctypes.CDLL, dict[str, CudaLaunch]]:
     """The hand-written kernels as built for `target_name`, compiled for the host."""
     if CXX is None:
         pytest.skip("g++ not found")
-    module = build_cuda_source([*ATTENTION, *KV_STORE], TARGETS[target_name]())
+    module = build_cuda_source([*ATTENTION, *KV_STORE, *QMATMUL], TARGETS[target_name]())
     drivers = []
     for launch in module.launches:
         params = ", ".join(f"{p.ctype} a{i}" for i, p in enumerate(launch.params))
@@ -300,3 +305,28 @@ def test_kv_store_writes_only_valid_rows(target_name: str, spec: KvStoreSpec) ->
             want[r] = kv_formats.encode(spec.kv_dtype, x[i].reshape(want[r].shape))[0]
     run(target_name, spec, [x, rows, pool], n)
     np.testing.assert_array_equal(pool.view(np.uint8), want.view(np.uint8))  # bit for bit
+
+
+@pytest.mark.parametrize("spec", QMATMUL, ids=lambda s: s.name())
+def test_quantized_matmul_matches_dequantized_weights(spec: MatmulSpec) -> None:
+    """The stored integers and float16 scales, read in place, times float32 x: against
+    float64 x @ dequantize(w).T (+ bias); gemv rows beyond one block's 4 and gemm rows and
+    columns beyond one 64 x 64 tile take further blocks."""
+    rng = np.random.default_rng(zlib.crc32(spec.name().encode()))
+    scale = np.exp(rng.uniform(-3, 1, size=(spec.n_out, 1)))
+    parts = quant.pack((rng.standard_normal((spec.n_out, spec.k)) * scale).astype(np.float32),
+                       spec.wdtype)
+    w = quant.dequantize(parts, spec.wdtype, spec.k)
+    for n in ((1, 3, 6) if spec.schedule == "gemv" else (1, 70)):
+        x = rng.standard_normal((n, spec.k)).astype(np.float32)
+        args = [x, *(parts[name] for name, _, _ in quant.part_layout(spec.wdtype, spec.n_out,
+                                                                      spec.k))]
+        want = x.astype(np.float64) @ w.astype(np.float64).T
+        if spec.bias:
+            args.append(rng.standard_normal(spec.n_out).astype(np.float32))
+            want += args[-1]
+        out = np.full((n, spec.n_out), np.nan, np.float32)
+        assert run("h200", spec, [*args, out], n) == 1
+        assert np.isfinite(out).all()
+        err = np.abs(out - want).max() / np.abs(want).max()
+        assert err <= TOL, f"{spec.name()} n={n}: relative error {err:.3g}"

@@ -8,11 +8,11 @@ dimensions, the dynamic shared memory size and any scratch buffers the host must
 allocate. Sizes are C expressions over the spec's symbolic sizes (`n`); `evaluate()`
 computes one for given sizes.
 
-Paged attention and KV-cache stores are hand-written CUDA (cuda_attention.py,
-templates/cuda/paged_attention.cu.j2): their source is appended to the same translation
-unit and their launches are described the same way (parameters in spec.signature()
-order, then `n`; attention split over its keys is two launches, which add their scratch
-and the `splits` expression).
+Paged attention, KV-cache stores (cuda_attention.py, templates/cuda/paged_attention.cu.j2)
+and group-quantized matmuls (cuda_qmatmul.py) are hand-written CUDA: their source is
+appended to the same translation unit and their launches are described the same way
+(parameters in spec.signature() order, then `n`; attention split over its keys is two
+launches, which add their scratch and the `splits` expression).
 
 Kernel symbols are `<spec.name()>_kernel`, then `_kernel_1`, ... when one spec lowers to
 several kernels.
@@ -32,7 +32,7 @@ from tvm.tirx.build import split_host_device_mods
 
 from ninfer.targets import Target
 
-from . import cuda_attention
+from . import cuda_attention, cuda_qmatmul
 from . import cuda_schedules as cs
 from .spec import (
     AddSpec,
@@ -112,9 +112,9 @@ def cuda_target(target: Target) -> tvm.target.Target:
 
 def cuda_primfunc(spec: KernelSpec, target: Target) -> tirx.PrimFunc:
     """The scheduled PrimFunc of one kernel for `target`, exported as `spec.name()`."""
-    if cuda_attention.is_hand_written(spec):
-        raise NotImplementedError(f"{spec.family!r} kernels are hand-written CUDA "
-                                  f"(cuda_attention.py), not TVM schedules")
+    if _hand_written(spec):
+        raise NotImplementedError(f"{spec.name()} is hand-written CUDA (cuda_attention.py, "
+                                  "cuda_qmatmul.py), not a TVM schedule")
     params = cs.cuda_params(target)
     func = te_primfunc(spec)
     if isinstance(spec, MatmulSpec) and spec.schedule == "gemv":
@@ -139,17 +139,19 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
     if not specs:
         raise ValueError("no kernel specs given; pass at least one spec")
     params = cs.cuda_params(target)
-    tvm_specs = [spec for spec in specs if not cuda_attention.is_hand_written(spec)]
+    tvm_specs = [spec for spec in specs if not _hand_written(spec)]
     if tvm_specs:
         funcs = {spec.name(): cuda_primfunc(spec, target) for spec in tvm_specs}
         sizes = {"n"} | {a.name for s in tvm_specs for a in s.signature() if a.kind == "scalar"}
         module = lower_to_cuda(tvm.IRModule(funcs), cuda_target(target), sizes)
     else:
         module = CudaModule("", [], target.arch)
-    hand_written = [spec for spec in specs if cuda_attention.is_hand_written(spec)]
+    hand_written = [spec for spec in specs if _hand_written(spec)]
     source = module.source
-    if hand_written:
-        source += "\n" + cuda_attention.render_source(hand_written, params)
+    for extra in (cuda_attention.render_source(hand_written, params),
+                  cuda_qmatmul.render_source(hand_written)):
+        if extra:
+            source += "\n" + extra
     launches = module.launches + [launch for spec in hand_written
                                   for launch in _hand_written_launches(spec, params)]
     order = {spec.name(): i for i, spec in enumerate(specs)}
@@ -157,18 +159,30 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
     return CudaModule(source, launches, module.arch)
 
 
+def _hand_written(spec: KernelSpec) -> bool:
+    return cuda_attention.is_hand_written(spec) or cuda_qmatmul.is_quantized_matmul(spec)
+
+
+# Element types of hand-written kernels' tensors: 16-bit floats travel as their bits.
+_HAND_CTYPES = {"float16": "uint16_t", "int8": "int8_t", "uint8": "uint8_t"}
+
+
 def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[CudaLaunch]:
     """The launches of a hand-written kernel: spec.signature() in order, then `n`; split
     attention (cuda_attention.attention_splits > 1) is two launches over scratch."""
-    grid, threads = cuda_attention.launch_shape(spec, params)
     if any(arg.kind != "tensor" for arg in spec.signature()):
         raise NotImplementedError(f"{spec.name()}: hand-written kernels take tensors and n only")
-    args = [  # 16-bit KV pools travel as their bits
-        CudaParam(arg.name, "tensor",
-                  ("uint16_t" if arg.dtype == "float16" else _CTYPES[arg.dtype]) + "*", arg.name)
+    args = [
+        CudaParam(arg.name, "tensor", _HAND_CTYPES.get(arg.dtype, _CTYPES.get(arg.dtype, "")) + "*",
+                  arg.name)
         for arg in spec.signature()
     ]
     size = CudaParam("n", "size", "int64_t", "n")
+    if isinstance(spec, MatmulSpec):
+        grid, threads = cuda_qmatmul.launch_shape(spec)
+        return [CudaLaunch(spec.name(), cuda_qmatmul.kernel_symbol(spec), [*args, size], grid,
+                           (threads, 1, 1), "0", [])]
+    grid, threads = cuda_attention.launch_shape(spec, params)
     symbol = cuda_attention.kernel_symbol(spec)
     if not (isinstance(spec, AttentionSpec) and cuda_attention.attention_splits(spec, params) > 1):
         return [CudaLaunch(spec.name(), symbol, [*args, size], grid, (threads, 1, 1), "0", [])]

@@ -93,8 +93,8 @@ def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
     w is float32, f16 or bf16, widened to float32 as it is read."""
     if spec.wdtype not in _W_STORAGE:
         raise NotImplementedError(
-            f"{spec.name()}: weight format {spec.wdtype} has CPU kernels only (cpu_qmatmul); "
-            f"the TE/CUDA matmul reads {', '.join(_W_STORAGE)} weights"
+            f"{spec.name()}: weight format {spec.wdtype} has hand-written kernels "
+            f"(cpu_qmatmul, cuda_qmatmul); the TE matmul reads {', '.join(_W_STORAGE)} weights"
         )
     n, K, N = _tokens(), i64(spec.k), i64(spec.n_out)
     x = te.placeholder((n, K), F32, "x")
