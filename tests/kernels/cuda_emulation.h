@@ -41,28 +41,19 @@ inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
 // cuda_fp16.h and bit casts: g++'s _Float16 converts with round-to-nearest-even, as
 // __float2half_rn does.
 using __half = _Float16;
-inline __half __ushort_as_half(uint16_t b) {
-  __half h;
-  std::memcpy(&h, &b, sizeof h);
-  return h;
+template <typename To, typename From>
+inline To bits_as(From from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
 }
-inline uint16_t __half_as_ushort(__half h) {
-  uint16_t b;
-  std::memcpy(&b, &h, sizeof b);
-  return b;
-}
+inline __half __ushort_as_half(uint16_t b) { return bits_as<__half>(b); }
+inline uint16_t __half_as_ushort(__half h) { return bits_as<uint16_t>(h); }
 inline float __half2float(__half h) { return static_cast<float>(h); }
 inline __half __float2half_rn(float x) { return static_cast<__half>(x); }
-inline float __uint_as_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline uint32_t __float_as_uint(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+inline float __uint_as_float(uint32_t u) { return bits_as<float>(u); }
+inline uint32_t __float_as_uint(float f) { return bits_as<uint32_t>(f); }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
