@@ -149,7 +149,7 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
     hand_written = [spec for spec in specs if _hand_written(spec)]
     source = module.source
     for extra in (cuda_attention.render_source(hand_written, params),
-                  cuda_qmatmul.render_source(hand_written)):
+                  cuda_qmatmul.render_source(hand_written, params)):
         if extra:
             source += "\n" + extra
     launches = module.launches + [launch for spec in hand_written
@@ -179,7 +179,7 @@ def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[Cuda
     ]
     size = CudaParam("n", "size", "int64_t", "n")
     if isinstance(spec, MatmulSpec):
-        grid, threads = cuda_qmatmul.launch_shape(spec)
+        grid, threads = cuda_qmatmul.launch_shape(spec, params)
         return [CudaLaunch(spec.name(), cuda_qmatmul.kernel_symbol(spec), [*args, size], grid,
                            (threads, 1, 1), "0", [])]
     grid, threads = cuda_attention.launch_shape(spec, params)
