@@ -1,9 +1,14 @@
 """Quantized weights and KV caches end to end, on the tiny Qwen3 after a short training run
 (conftest `trained_checkpoint`: peaked predictions, as a real model's, so that a format's
 drift shows as flipped winners rather than as reshuffled near-ties). Each format is
-compiled (--weights q8g32 / q4g64 / f16, --kv-dtype fp8 / int8 / int4), serves, and its
-drift from the f32 build is bounded: teacher-forced over a fixed held-out text set by the
-accuracy report, and as greedy generations through the servers."""
+compiled (--weights q8g32 / q4g64, --kv-dtype int8 / int4), serves, and its drift from
+the f32 build is bounded: teacher-forced over a fixed held-out text set by the accuracy
+report, and as greedy generations through the servers.
+
+f16 weights and the fp8 KV cache are not built here (each build costs CI about a minute):
+their kernels are checked bit for bit at kernel level (tests/kernels), they change no
+plumbing the other formats do not exercise (one-part weights and pools, like f32), and
+their drift is in benchmarks/RESULTS.md (`ninfer-bench accuracy`)."""
 
 from __future__ import annotations
 
@@ -21,8 +26,7 @@ pytestmark = pytest.mark.e2e
 # against f32. Measured on 254 positions: f16 1.0 / 3e-7 / 0.0%, q8g32 0.984 / 4.7e-4 /
 # 0.2%, q4g64 0.835 / 6.6e-2 / 5.9%, kv:fp8 0.961 / 2.1e-3 / 0.3%, kv:int8 0.988 / 6.4e-5
 # / 0.0%, kv:int4 0.890 / 2.0e-2 / 2.0%.
-BOUNDS = {"f16": (0.99, 1e-5, 0.002), "q8g32": (0.95, 3e-3, 0.02),
-          "q4g64": (0.75, 0.15, 0.12), "kv:fp8": (0.9, 1e-2, 0.03),
+BOUNDS = {"q8g32": (0.95, 3e-3, 0.02), "q4g64": (0.75, 0.15, 0.12),
           "kv:int8": (0.95, 5e-4, 0.01), "kv:int4": (0.8, 0.06, 0.06)}
 ROOT = TEST_MODELS / "accuracy"
 PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "1, 2, 3, 4,"]
