@@ -173,7 +173,7 @@ def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[Cuda
     if any(arg.kind != "tensor" for arg in spec.signature()):
         raise NotImplementedError(f"{spec.name()}: hand-written kernels take tensors and n only")
     args = [
-        CudaParam(arg.name, "tensor", _HAND_CTYPES.get(arg.dtype, _CTYPES.get(arg.dtype, "")) + "*",
+        CudaParam(arg.name, "tensor", (_HAND_CTYPES.get(arg.dtype) or _CTYPES[arg.dtype]) + "*",
                   arg.name)
         for arg in spec.signature()
     ]
