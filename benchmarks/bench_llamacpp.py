@@ -190,28 +190,20 @@ def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> R
     return Rates(dec, pre, weight_bytes_per_token(gguf_path))
 
 
-def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -> Rates | None:
-    """ninfer's numbers for weight format `fmt` (f32, f16, q8g32, q4g64); None if this
-    build of ninfer cannot compile that format yet.
-
-    HOOK for the quantized weight formats: compiles with `CompileOptions(weights=fmt)`
-    (the `ninfer-compile --weights FMT` option) once CompileOptions has a `weights` field;
-    until then only f32 runs. Times the compiled model's Python engine (same runtime and
-    kernels as the server). Weight bytes per token: the memory plan's weight bytes less
-    the embedding table (of which a step reads one row).
+def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -> Rates:
+    """ninfer's numbers for weight format `fmt` (f32, f16, q8g32, q4g64), with the default
+    f16 KV cache, as llama.cpp's default. Times the compiled model's Python engine (same
+    runtime and kernels as the server). Weight bytes per token: the memory plan's weight
+    bytes less the embedding table (of which a step reads one row).
     """
     from ninfer.pipeline import CompileOptions, compile_model
     from ninfer.runtime.engine import load_engine
 
-    extra: dict[str, Any] = {}
-    if "weights" in {f.name for f in dataclasses.fields(CompileOptions)}:
-        extra["weights"] = fmt
-    elif fmt != "f32":
-        return None
     out = bench_dir() / f"{ckpt.name}-cpu-{fmt}"
     result = compile_model(CompileOptions(model_dir=ckpt, out_dir=out,
                                           model_id=f"{ckpt.name}-{fmt}", max_context=N_CTX,
-                                          max_prefill_chunk=PREFILL_TOKENS, **extra))
+                                          max_prefill_chunk=PREFILL_TOKENS, weights=fmt,
+                                          kv_dtype="f16"))
     engine = load_engine(out, threads=threads)
     # engine.forward(ids, pos) overwrites the KV cache from pos on: nothing to reset
     dec, pre = _measure(engine.forward, lambda: None, n_dec, repeats)
@@ -234,16 +226,16 @@ def _bytes_per_weight(fmt: str) -> float:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    rates: Rates | None
+    rates: Rates
     if args.worker == "llamacpp":
         rates = llamacpp_rates(Path(args.target), args.threads, args.decode_tokens, args.repeats)
     else:
         ckpt = bench_dir() / args.model_name
         rates = ninfer_rates(args.target, ckpt, args.threads, args.decode_tokens, args.repeats)
-    print("RESULT " + json.dumps(None if rates is None else dataclasses.asdict(rates)))
+    print("RESULT " + json.dumps(dataclasses.asdict(rates)))
 
 
-def run_worker(kind: str, target: str, args: argparse.Namespace) -> Rates | None:
+def run_worker(kind: str, target: str, args: argparse.Namespace) -> Rates:
     cmd = [sys.executable, __file__, "--worker", kind, "--target", target,
            "--threads", str(args.threads), "--decode-tokens", str(args.decode_tokens),
            "--repeats", str(args.repeats), "--model-name", args.model_name]
@@ -253,7 +245,7 @@ def run_worker(kind: str, target: str, args: argparse.Namespace) -> Rates | None
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             data = json.loads(line[len("RESULT "):])
-            return None if data is None else Rates(**data)
+            return Rates(**data)
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
     print(f"  {kind} {target}: failed (rc {proc.returncode}): " + " | ".join(tail), flush=True)
     return Rates(0.0, 0.0, 0.0, note="failed")

@@ -33,7 +33,8 @@ for mode in ("coop", "tvm"):
     compile_model(CompileOptions(model_dir=model.checkpoint, target=target, out_dir=out,
                                  model_id="qwen3-tiny", max_context=MAX_CONTEXT,
                                  max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
-                                 python_module=False, prefill_projections=mode))
+                                 python_module=False, prefill_projections=mode,
+                                 kv_dtype="f32"))
     tidy(out)
 # bf16 matmul weights with an f16 KV cache, on the GPU and (the reference, as the f16
 # cache rounds keys and values where transformers does not) on the CPU.
@@ -49,7 +50,7 @@ out = root / f"qwen3-tiny-{target}-q8g32"
 compile_model(CompileOptions(model_dir=model.checkpoint, target=target, out_dir=out,
                              model_id="qwen3-tiny", max_context=MAX_CONTEXT,
                              max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
-                             python_module=False, weights="q8g32"))
+                             python_module=False, weights="q8g32", kv_dtype="f32"))
 tidy(out)
 # The 0.6B-shaped bench model: built here without its 3 GB artifact, which
 # gpu_check.py writes there from a checkpoint it makes with the same seed and shapes.

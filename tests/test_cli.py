@@ -55,6 +55,7 @@ def test_default_compile_then_chat_prints_reply_and_timings():
     report = json.loads((out / "compile_report.json").read_text())
     assert report["model_id"] == "ninfer-demo"
     assert report["architecture"] == "Qwen3ForCausalLM"
+    assert report["plan"]["kv"]["dtype"] == "f16"  # the default KV cache, as llama.cpp's
     assert set(report["stage_seconds"]) == {"target", "frontend", "plan", "kernels",
                                             "codegen", "artifact", "build"}
     chat = run("-m", "ninfer.runtime.chat", str(out), "Hello there", "--max-tokens", "8")

@@ -39,10 +39,11 @@ console = Console(stderr=True)
 @click.option("--weights-override", "weight_overrides", multiple=True, metavar="ROLE=FORMAT",
               help="Per-role format, e.g. lm_head=q8g32 (roles: q k v o gate_up down "
                    "lm_head); repeatable.")
-@click.option("--kv-dtype", default="f32", show_default=True,
+@click.option("--kv-dtype", default="f16", show_default=True,
               type=click.Choice(["f32", "f16", "bf16", "fp8", "int8", "int4"]),
               help="Storage format of the KV cache: floats, fp8 e4m3, or int8/int4 with an "
-                   "fp16 scale per 32 values (int4 keys Hadamard-rotated); cpu target.")
+                   "fp16 scale per 32 values (int4 keys Hadamard-rotated). CUDA targets read "
+                   "f32, f16 and bf16.")
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")

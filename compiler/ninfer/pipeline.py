@@ -40,7 +40,7 @@ class CompileOptions:
     kv_capacity: int = 0  # tokens; 0 = auto
     weights: str = "f32"  # matmul weight format (plan.FORMAT_WDTYPES)
     weight_overrides: tuple[tuple[str, str], ...] = ()  # (role, format), e.g. lm_head
-    kv_dtype: str = "f32"  # KV-cache format (ninfer.kv_formats)
+    kv_dtype: str = "f16"  # KV-cache format (ninfer.kv_formats)
     memory_gib: float | None = None
     python_module: bool = True
     dump_dir: Path | None = None

@@ -73,7 +73,7 @@ class ServeLimits:
     gemv_max_rows: int = 4  # row counts up to this use the GEMV schedule, above it GEMM
     kv_block_size: int = 16  # tokens per KV block
     kv_capacity: int = 0  # tokens in the KV pool; 0 = auto (every slot at full context)
-    kv_dtype: str = "f32"  # storage format of the KV cache (ninfer.kv_formats)
+    kv_dtype: str = "f16"  # storage format of the KV cache (ninfer.kv_formats)
 
     def validate(self, graph: ModelGraph) -> None:
         cfg = graph.config

@@ -85,8 +85,8 @@ class GeneratedModel final : public Model {
           mem_.weight(a, p + "gate_up", "f32", {96, 32}));
       w.down = static_cast<const float*>(
           mem_.weight(a, p + "down", "f32", {32, 48}));
-      k_pool_[l] = static_cast<float*>(mem_.bytes(kPoolRows * 64));
-      v_pool_[l] = static_cast<float*>(mem_.bytes(kPoolRows * 64));
+      k_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 32));
+      v_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 32));
     }
     x_ = mem_.floats(size_t(kMaxChunk) * 32);
     res_ = mem_.floats(size_t(kMaxChunk) * 32);
@@ -171,11 +171,11 @@ class GeneratedModel final : public Model {
       else matmul_k32_n16_f32_bias_gemm(h, w.v, w.v_bias, v_, n);
       rope_h2_d16_p128_f32(q_, pos_, rope_cos_, rope_sin_, qr_, n);
       rope_h1_d16_p128_f32(k_, pos_, rope_cos_, rope_sin_, kr_, n);
-      // this step's keys and values into their slots' blocks (KV format: f32),
+      // this step's keys and values into their slots' blocks (KV format: f16),
       // then attention over them
-      kv_store_w16_r144_f32(kr_, kv_rows_, k_pool_[l], n);
-      kv_store_w16_r144_f32(v_, kv_rows_, v_pool_[l], n);
-      attention_h2_kv1_d16_c128_b16_s1_k9_f32(qr_, k_pool_[l], v_pool_[l], pos_, seq_, block_tables_, att_, n);
+      kv_store_w16_r144_d16_f16(kr_, kv_rows_, k_pool_[l], n);
+      kv_store_w16_r144_d16_f16(v_, kv_rows_, v_pool_[l], n);
+      attention_h2_kv1_d16_c128_b16_s1_k9_f16(qr_, k_pool_[l], v_pool_[l], pos_, seq_, block_tables_, att_, n);
       if (n <= kGemvMaxRows) matmul_k32_n32_f32_gemv(att_, w.o, o_, n);
       else matmul_k32_n32_f32_gemm(att_, w.o, o_, n);
       add_h32_f32(x, o_, res, n);
@@ -227,8 +227,8 @@ class GeneratedModel final : public Model {
   const float *embed_, *final_norm_, *rope_cos_, *rope_sin_;
   const float* lm_head_;
   LayerWeights layers_[kLayers];
-  float* k_pool_[kLayers];
-  float* v_pool_[kLayers];
+  uint16_t* k_pool_[kLayers];
+  uint16_t* v_pool_[kLayers];
   float* x_;
   float* res_;
   float* h_;
@@ -253,8 +253,8 @@ class GeneratedModel final : public Model {
 const ModelInfo& compiled_model_info() {
   static const ModelInfo info{"qwen2-mini", "cpu", "<target-hash>",
                               kVocab, kMaxContext, kMaxChunk, kLayers, kMaxSeqs, kBlockSize,
-                              kBlocks, kBlocksPerSeq, size_t(2048),
-                              "f32"};
+                              kBlocks, kBlocksPerSeq, size_t(1024),
+                              "f16"};
   return info;
 }
 
