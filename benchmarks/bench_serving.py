@@ -46,9 +46,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=32, help="compiled prefill chunk")
     ap.add_argument("--max-context", type=int, default=1024)
-    ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--decode-tokens", type=int, default=256)
     ap.add_argument("--levels", default="1,2,4,8")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--build-dir", type=Path,
                     help="serve this build instead of compiling the benchmark model")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")

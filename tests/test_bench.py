@@ -3,6 +3,7 @@ against the compiled qwen3-tiny server."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -12,6 +13,8 @@ from ninfer.bench.cli import main as bench_main
 from ninfer.bench.common import (
     MIB,
     MetricsError,
+    SseReader,
+    StreamTrace,
     parse_metrics,
     rate_in_window,
     rss_bytes,
@@ -63,6 +66,49 @@ def test_rate_in_window_and_sse_payloads():
     assert rate_in_window(times, 0.4, 0.4) is None
     lines = ["data: {\"a\": 1}", "", ": comment", "data:[DONE]", ""]
     assert list(sse_data(lines)) == ['{"a": 1}', "[DONE]"]
+
+
+def _chunked(*parts: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("split", [1, 7, 10_000])
+def test_sse_reader_splits_chunks_and_events_wherever_bytes_arrive(split):
+    """The benchmark's stream reader: HTTP chunk framing and SSE events split at any byte,
+    the last chunk in the same read as the events before it."""
+    ev = [b'data: {"choices": [{"token_ids": [5, 6]}]}\n\n',
+          b'data: {"choices": [{"token_ids": [7], "finish_reason": "length"}]}\n\n'
+          b"data: [DONE]\n\n"]
+    raw = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(ev[0][:20], ev[0][20:], ev[1]))
+    reader = SseReader(StreamTrace(sent=0.0), None)
+    clock = itertools.count(1).__next__
+    fed = 0
+    while reader.feed(raw[fed:fed + split], clock):
+        fed += split
+        assert fed < len(raw), "the reader missed the end of the stream"
+    assert fed + split >= raw.index(b"[DONE]") + 8  # it ends at [DONE], not before
+    assert not reader.feed(b"0\r\n\r\n", clock)  # nothing is parsed once it ended
+    t = reader.trace
+    assert (t.status, len(t.times), t.finish_reason, t.error) == (200, 3, "length", None)
+    assert t.headers < t.times[0] == t.times[1] < t.times[2]  # one time per event
+
+
+@pytest.mark.unit
+def test_sse_reader_reports_errors_and_truncated_streams():
+    refused = SseReader(StreamTrace(sent=0.0), None)
+    assert refused.feed(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 12\r\n\r\n"
+                        b'{"error": 1}')  # the error body is read to the close
+    assert (refused.trace.status, refused.trace.error) == (429, '{"error": 1}')
+    cut = SseReader(StreamTrace(sent=0.0), None)
+    body = _chunked(b'data: {"choices": [{"token_ids": [1]}]}\n\n')
+    assert not cut.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+    assert len(cut.trace.times) == 1 and "without [DONE]" in (cut.trace.error or "")
+    failed = SseReader(StreamTrace(sent=0.0), None)
+    body = _chunked(b'data: {"error": {"message": "boom"}}\n\n')
+    assert not failed.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+    assert "boom" in (failed.trace.error or "")
 
 
 @pytest.mark.unit
