@@ -161,7 +161,8 @@ def test_serving_benchmark_runs(qwen3_model, tmp_path):
     assert res["fairness"]["b_prompt_tokens"] == 8 * res["fairness"]["prefill_chunk"]
     assert res["fairness"]["solo_tps"] > 0
     assert [s["concurrency"] for s in res["scaling"]] == [1, 2]
-    assert res["scaling"][0]["ratio"] == 1.0
+    assert res["scaling"][0]["ratio"] == res["scaling"][0]["server_ratio"] == 1.0
+    assert all(s["server_tps"] > 0 and s["aggregate_tps"] > 0 for s in res["scaling"])
 
 
 @pytest.mark.e2e

@@ -1,7 +1,7 @@
 """Serving: decode fairness under a long prefill, and decode throughput vs. concurrency.
 
-Every rate is measured from client-side SSE arrival times (return_token_ids gives the
-number of tokens per event): the tokens arriving in a window (lo, hi] divided by its
+Streamed rates are measured from client-side SSE arrival times (return_token_ids gives
+the number of tokens per event): the tokens arriving in a window (lo, hi] divided by its
 length, so prefill, queueing and the tail of a stream do not dilute it.
 
 - fairness: stream A (short prompt, ignore_eos, --decode-tokens) alone gives its solo
@@ -13,7 +13,10 @@ length, so prefill, queueing and the tail of a stream do not dilute it.
   client thread (common.stream_many: a selector over plain sockets, so that the client,
   which shares the machine's cores with the server, costs as little per token as it
   can); the aggregate rate over the window where all c decode (latest first token ->
-  earliest last token), as a ratio over c = 1; targets (CPU) 1.8x at 2, 3x at 4.
+  earliest last token); the ratio over c = 1 is the median of each round's own ratio;
+  targets (CPU) 1.8x at 2, 3x at 4. The same levels again without streaming, rated by
+  the server's own decode timings: the client only waits, so this is the server's
+  scaling without a client on its cores.
 
 The benchmark reports; it does not assert. Medians over --repeats runs.
 """
@@ -73,11 +76,13 @@ class FairnessResult:
 @dataclass
 class ScalingLevel:
     concurrency: int
-    aggregate_tps: float | None
+    aggregate_tps: float | None  # streamed: SSE arrival times at the client
     per_stream_tps: float | None
     ratio: float | None
     target: float | None
     note: str = ""
+    server_tps: float | None = None  # non-streaming: the server's own decode timings
+    server_ratio: float | None = None
 
 
 @dataclass
@@ -177,17 +182,47 @@ def measure_level(client: httpx.Client, cfg: ServingConfig, c: int) -> float | N
     return rate_in_window([x for t in traces for x in t.times], lo, hi)
 
 
+def measure_level_server(client: httpx.Client, cfg: ServingConfig, c: int) -> float | None:
+    """Aggregate decode tokens/s of c non-streaming requests sent together, from the
+    server's timings (each request's tokens after its first over first token -> done).
+    The client sleeps while they decode, so this is the server's rate alone; the
+    requests start together with equal lengths, so their decode windows coincide."""
+    def one(i: int) -> float | None:
+        r = client.post("/v1/completions", json=_decode_body(cfg, 100 + i, cfg.decode_tokens))
+        if r.status_code != 200:
+            raise BenchError(f"non-streaming request {i} of {c}: HTTP {r.status_code}, "
+                             f"{r.text[:300]}")
+        t = r.json()["timings"]
+        return (t["predicted_n"] - 1) / (t["predicted_ms"] / 1000) \
+            if t["predicted_ms"] > 0 else None
+
+    with ThreadPoolExecutor(c) as pool:
+        rates = list(pool.map(one, range(c)))
+    return None if None in rates else sum(r for r in rates if r is not None)
+
+
 def measure_scaling(client: httpx.Client, cfg: ServingConfig,
                     max_concurrency: int | None) -> list[ScalingLevel]:
-    """Median aggregate rate per level over cfg.repeats rounds; each round runs every level
-    once, so a slow spell of a shared machine lands on all levels rather than on one."""
+    """Median aggregate rate per level over cfg.repeats rounds, streamed and server-timed,
+    and the median over rounds of each round's ratio to its single stream; each round runs
+    every level once in both ways, so a slow spell of a shared machine lands on all of them
+    rather than on one."""
     levels = [c for c in cfg.levels if max_concurrency is None or c <= max_concurrency]
+    if 1 not in levels:
+        raise BenchError("scaling is measured against one stream: --levels must include 1")
     rates: dict[int, list[float | None]] = {c: [] for c in levels}
+    server: dict[int, list[float | None]] = {c: [] for c in levels}
     for _ in range(cfg.repeats):
         for c in levels:
             rates[c].append(measure_level(client, cfg, c))
+            server[c].append(measure_level_server(client, cfg, c))
+    def paired(rs: dict[int, list[float | None]], c: int) -> float | None:
+        # the median of each round's ratio to that round's single stream: the machine's
+        # slow spells move both, and cancel
+        return _median([a / b if a is not None and b else None
+                        for a, b in zip(rs[c], rs[1], strict=True)])
+
     out: list[ScalingLevel] = []
-    base: float | None = None
     for c in cfg.levels:
         target = SCALING_TARGETS.get(c)
         if c not in rates:
@@ -195,11 +230,10 @@ def measure_scaling(client: httpx.Client, cfg: ServingConfig,
                                     f"above the server's {max_concurrency} concurrent requests"))
             continue
         agg = _median(rates[c])
-        if c == 1:
-            base = agg
-        ratio = agg / base if agg is not None and base else None
-        out.append(ScalingLevel(c, agg, agg / c if agg is not None else None, ratio, target,
-                                "" if agg is not None else "no common decode window"))
+        out.append(ScalingLevel(c, agg, agg / c if agg is not None else None,
+                                paired(rates, c), target,
+                                "" if agg is not None else "no common decode window",
+                                _median(server[c]), paired(server, c)))
     return out
 
 
@@ -250,13 +284,18 @@ def format_text(res: ServingResult) -> list[str]:
              f"{_f(f.during_b_ratio, '.2f'):>10}{'>= ' + format(f.target, 'g'):>9}  "
              f"{_verdict(f.during_b_ratio, f.target)}",
              *[f"  note: {n}" for n in f.notes],
-             "scaling: aggregate decode over the window where every stream decodes",
-             f"{'concurrency':>11}{'agg tok/s':>11}{'per stream':>12}{'ratio':>8}{'target':>9}"]
+             "scaling: aggregate decode tok/s, streamed (SSE arrivals over the window where "
+             "every stream decodes; the client shares the server's cores) and server-timed "
+             "(non-streaming, the server's decode timings)",
+             f"{'concurrency':>11}{'streamed':>10}{'ratio':>7}{'':8}{'server':>9}{'ratio':>7}"
+             f"{'':8}{'target':>9}"]
     for s in res.scaling:
         tgt = f">= {s.target:g}" if s.target else "-"
-        lines.append(f"{s.concurrency:>11}{_f(s.aggregate_tps, '.1f'):>11}"
-                     f"{_f(s.per_stream_tps, '.1f'):>12}{_f(s.ratio, '.2f'):>8}{tgt:>9}  "
-                     f"{_verdict(s.ratio, s.target)}{'  ' + s.note if s.note else ''}")
+        lines.append(f"{s.concurrency:>11}{_f(s.aggregate_tps, '.1f'):>10}"
+                     f"{_f(s.ratio, '.2f'):>7} {_verdict(s.ratio, s.target):<7}"
+                     f"{_f(s.server_tps, '.1f'):>9}{_f(s.server_ratio, '.2f'):>7} "
+                     f"{_verdict(s.server_ratio, s.target):<7}{tgt:>9}"
+                     f"{'  ' + s.note if s.note else ''}")
     return lines
 
 
@@ -274,15 +313,20 @@ def render_tables(res: ServingResult) -> list[Any]:
         fair.add_row(name, _f(tps, ".1f"), _f(ratio, ".2f"), f">= {f.target:g}",
                      f"[green]{v}[/green]" if v == "meets" else f"[yellow]{v}[/yellow]")
     scale = Table(title=f"scaling: aggregate decode tok/s ({res.model_id}, server max "
-                  f"concurrency {res.max_concurrency or '?'})")
-    for col in ("concurrency", "agg tok/s", "per stream", "ratio", "target", ""):
-        scale.add_column(col, justify="left" if col == "" else "right")
-    for s in res.scaling:
-        v = _verdict(s.ratio, s.target)
-        mark = f"[green]{v}[/green]" if v == "meets" else f"[yellow]{v}[/yellow]" \
+                  f"concurrency {res.max_concurrency or '?'}), streamed (SSE arrivals at a "
+                  "client on the same machine) and server-timed (non-streaming)")
+    for col in ("streams", "streamed", "ratio", "", "server", "ratio ", " ", "target"):
+        scale.add_column(col, justify="left" if col.strip() == "" else "right")
+
+    def mark(ratio: float | None, target: float | None) -> str:
+        v = _verdict(ratio, target)
+        return f"[green]{v}[/green]" if v == "meets" else f"[yellow]{v}[/yellow]" \
             if v == "below" else v
-        scale.add_row(str(s.concurrency), _f(s.aggregate_tps, ".1f"),
-                      _f(s.per_stream_tps, ".1f"), _f(s.ratio, ".2f"),
-                      f">= {s.target:g}" if s.target else "-",
-                      mark + (f" {s.note}" if s.note else ""))
+
+    for s in res.scaling:
+        scale.add_row(str(s.concurrency), _f(s.aggregate_tps, ".1f"), _f(s.ratio, ".2f"),
+                      mark(s.ratio, s.target) + (f" {s.note}" if s.note else ""),
+                      _f(s.server_tps, ".1f"), _f(s.server_ratio, ".2f"),
+                      mark(s.server_ratio, s.target),
+                      f">= {s.target:g}" if s.target else "-")
     return [fair, scale]
