@@ -87,7 +87,18 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
     K0 = KV * VW  # start of the scalar k tail
     KT = K - K0
     KBV = max(1, min(KV, tl.kb // VW))  # k vectors per cache block
-    PF_EVERY = 64 // (VW * (4 if WD == "float32" else 2))  # k vectors per w cache line
+    # Software prefetch of w, in k vectors between prefetches of each row: once per cache
+    # line, or twice for up to 4 rows (a core drops a prefetch when its miss buffers are
+    # full, and the second try made 2-4 rows 2-7% faster; RESULTS 2026-11-30). More rows
+    # make more passes over each tile and are less memory-bound: there the extra
+    # instructions cost (8 rows: 10-15% slower with two per line in every pass, 3-5% in
+    # the first).
+    PF_LINE = 64 // (VW * (4 if WD == "float32" else 2))
+    PF_HALF = max(1, PF_LINE // 2)
+    # One row of 16-bit weights prefetches too: converting w in registers makes its loop
+    # long enough that the hardware prefetcher falls behind (11-22% faster with it); one
+    # row of f32 gained nothing.
+    PF_ONE_ROW = PF_HALF if WD != "float32" else 0
     NKB = -(-KV // KBV) if KV else 0
     MB = tl.mb
     NJB = N // NR  # full column tiles
@@ -99,15 +110,15 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
     NP = -(-NJB // G)
 
     @T.macro
-    def micro(x, w, out, acc, i0, j0, kv0, kvn, R, C, pf=False):
+    def micro(x, w, out, acc, i0, j0, kv0, kvn, R, C, pf=0):
         # out[i0:i0+R, j0:j0+C] += x[i0:i0+R, k] . w[j0:j0+C, k] over k in the kv0..kv0+kvn vectors
         for r in T.unroll(R):
             for c in T.unroll(C):
                 for v in T.vectorized(VW):
                     acc[r, c, v] = f32(0.0)
         for kv in range(kvn):
-            if pf:  # w's rows PF_ROWS ahead (a later tile), one line per line consumed
-                if (kv0 + kv) % PF_EVERY == 0:
+            if pf > 0:  # w's rows PF_ROWS ahead (a later tile), every pf k vectors
+                if (kv0 + kv) % pf == 0:
                     for c in T.unroll(C):
                         T.evaluate(prefetch(w, T.min(j0 + PF_ROWS + c, i64(N - 1)),
                                             (kv0 + kv) * VW))
@@ -147,15 +158,23 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
                 # Rows in pairs, an odd count ending in a triple (3 x NR = 12 accumulators);
                 # one row alone runs the 1-row kernel. Multi-row calls also prefetch w
                 # PF_ROWS rows ahead: their FMAs take long enough that the hardware
-                # prefetcher alone falls behind (a single row does not gain).
+                # prefetcher alone falls behind (a single f32 row does not gain).
                 odd = T.bind(n % 2)
-                for ip in range((n - 3 * odd) // 2):
-                    micro(x, w, out, acc, ip * 2, jb * NR, kv0, kvn, 2, NR, True)
-                if odd == 1:
-                    if n >= 3:
-                        micro(x, w, out, acc, n - 3, jb * NR, kv0, kvn, 3, NR, True)
+                pairs = T.bind((n - 3 * odd) // 2)
+                if pairs > 0:
+                    if n <= 4:
+                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 2, NR, PF_HALF)
                     else:
-                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 1, NR)
+                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 2, NR, PF_LINE)
+                for ip in range(1, pairs):
+                    micro(x, w, out, acc, ip * 2, jb * NR, kv0, kvn, 2, NR, PF_LINE)
+                if odd == 1:
+                    if n == 3:
+                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 3, NR, PF_HALF)
+                    elif n > 3:
+                        micro(x, w, out, acc, n - 3, jb * NR, kv0, kvn, 3, NR, PF_LINE)
+                    else:
+                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 1, NR, PF_ONE_ROW)
 
     @T.macro
     def gemm_body(x, w, bias, out, n):
