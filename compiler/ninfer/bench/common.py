@@ -299,7 +299,7 @@ def stream_many(client: httpx.Client, bodies: list[dict[str, Any]],
                         st.trace.error = "the server closed the stream before [DONE]"
                     sel.unregister(st.sock)
                     open_streams -= 1
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, IndexError) as exc:  # IndexError: a malformed status line
         raise BenchError(f"streaming POST {route} to {url}: {exc}") from exc
     finally:
         sel.close()
@@ -379,11 +379,8 @@ class SseReader:
     def _event(self, event: bytes, now: float) -> bool:
         """Handles one SSE event; False at [DONE] or an error."""
         trace = self.trace
-        for line in event.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
+        for data in sse_data(event.decode("utf-8", "replace").split("\n")):
+            if data == "[DONE]":
                 return False
             chunk = json.loads(data)
             if "error" in chunk:

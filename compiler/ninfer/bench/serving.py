@@ -216,6 +216,7 @@ def measure_scaling(client: httpx.Client, cfg: ServingConfig,
         for c in levels:
             rates[c].append(measure_level(client, cfg, c))
             server[c].append(measure_level_server(client, cfg, c))
+
     def paired(rs: dict[int, list[float | None]], c: int) -> float | None:
         # the median of each round's ratio to that round's single stream: the machine's
         # slow spells move both, and cancel
