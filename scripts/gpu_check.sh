@@ -28,30 +28,23 @@ shutil.copytree(model.checkpoint, root / "checkpoint")
 def tidy(out):
     for junk in ("src", "cmake-build"):
         shutil.rmtree(out / junk)
-for mode in ("coop", "tvm"):
-    out = root / f"qwen3-tiny-{target}-{mode}"
-    compile_model(CompileOptions(model_dir=model.checkpoint, target=target, out_dir=out,
-                                 model_id="qwen3-tiny", max_context=MAX_CONTEXT,
-                                 max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
-                                 python_module=False, prefill_projections=mode,
-                                 kv_dtype="f32"))
-    tidy(out)
-# bf16 matmul weights with an f16 KV cache, on the GPU and (the reference, as the f16
-# cache rounds keys and values where transformers does not) on the CPU.
-for t in (target, "cpu"):
-    out = root / f"qwen3-tiny-{t}-kvf16-bf16"
+def tiny(name, t, **options):
+    """The tiny Qwen3 as root/qwen3-tiny-T-NAME, with the given compile options."""
+    out = root / f"qwen3-tiny-{t}-{name}"
     compile_model(CompileOptions(model_dir=model.checkpoint, target=t, out_dir=out,
                                  model_id="qwen3-tiny", max_context=MAX_CONTEXT,
                                  max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
-                                 python_module=False, weights="bf16", kv_dtype="f16"))
+                                 python_module=False, **options))
     tidy(out)
+# f32 KV caches where the run compares with transformers, which does not round them.
+for mode in ("coop", "tvm"):
+    tiny(mode, target, prefill_projections=mode, kv_dtype="f32")
+# bf16 matmul weights with an f16 KV cache, on the GPU and (the reference, as the f16
+# cache rounds keys and values where transformers does not) on the CPU.
+for t in (target, "cpu"):
+    tiny("kvf16-bf16", t, weights="bf16", kv_dtype="f16")
 # Group-quantized weights (hand-written CUDA kernels).
-out = root / f"qwen3-tiny-{target}-q8g32"
-compile_model(CompileOptions(model_dir=model.checkpoint, target=target, out_dir=out,
-                             model_id="qwen3-tiny", max_context=MAX_CONTEXT,
-                             max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
-                             python_module=False, weights="q8g32", kv_dtype="f32"))
-tidy(out)
+tiny("q8g32", target, weights="q8g32", kv_dtype="f32")
 # The 0.6B-shaped bench model: built here without its 3 GB artifact, which
 # gpu_check.py writes there from a checkpoint it makes with the same seed and shapes.
 ckpt = Path("build/bench-0.6b-checkpoint")
