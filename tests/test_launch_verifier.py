@@ -26,6 +26,7 @@ from ninfer.occupancy.resources import (
     KernelResources,
     compile_cuda,
     find_nvcc,
+    nvcc_resources,
 )
 from ninfer.occupancy.verifier import (
     Grid,
@@ -262,7 +263,8 @@ def coop_resources(nvcc_available) -> dict[str, dict[str, KernelResources]]:
     """The README-shape family compiled once per arch (cached on disk across sessions)."""
     specs = coop_family(*README_SHAPE)
     archs = sorted({load_target(t).arch for t in GPU_TARGETS})
-    return {arch: compile_coop_family(specs, arch, CUDA_CACHE).resources for arch in archs}
+    return {arch: dict(compile_coop_family(specs, arch, nvcc_resources(CUDA_CACHE)))
+            for arch in archs}
 
 
 @pytest.mark.cuda_build

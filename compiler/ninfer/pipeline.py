@@ -121,10 +121,12 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
                                 f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "
                                 f"{target.name} with one of those (the other KV formats run on "
                                 "the cpu target)")
-        verified = _verify_cuda_kernels(plan, target, graph, opts.kernel_cache)
-        backend = _cuda_backend_values(verified, plan)
-        if projections == "coop":
-            backend.update(_coop_values(plan, target, opts.kernel_cache, coop_reports))
+        from ninfer.occupancy.resources import find_nvcc, nvcc_resources
+
+        resources = nvcc_resources(opts.kernel_cache.parent / ".cuda-cache")
+        backend, verified, coop_reports = cuda_backend(plan, target, graph, resources,
+                                                       projections == "coop")
+        backend["nvcc"] = str(find_nvcc())
     else:
         backend = {"kernel_object": str(
             _build_kernels(plan, target, opts.kernel_cache, src_dir / "kernels.o"))}
@@ -187,34 +189,28 @@ def _build_kernels(plan: Plan, target: Target, cache: Path, dest: Path) -> Path:
     return dest
 
 
-def _verify_cuda_kernels(plan: Plan, target: Target, graph: ModelGraph, cache: Path) -> Any:
+def cuda_backend(plan: Plan, target: Target, graph: ModelGraph, resources: Any,
+                 coop: bool) -> tuple[dict[str, Any], Any, list[Any]]:
+    """The CUDA kernels of the plan, verified with `resources` (nvcc's resource usage),
+    as template values (all but `nvcc`), with the verification and the coop routers'
+    reports."""
+    from ninfer.codegen.coop_launch import coop_stubs
+    from ninfer.codegen.cuda_launch import launch_views
+    from ninfer.kernels.coop import render_coop_source
     from ninfer.kernels.cuda import build_cuda_source  # imports TVM
     from ninfer.occupancy.model_launches import verify_model_launches
 
     module = build_cuda_source(plan.unique_kernels(), target)
-    verified = verify_model_launches(module, target, plan, graph.config.num_heads,
-                                     cache.parent / ".cuda-cache")
+    verified = verify_model_launches(module, target, plan, graph.config.num_heads, resources)
     verified.report.raise_if_failed()
-    return verified
-
-
-def _cuda_backend_values(verified: Any, plan: Plan) -> dict[str, Any]:
-    from ninfer.codegen.cuda_launch import launch_views
-    from ninfer.occupancy.resources import find_nvcc
-
     launches, scratch = launch_views(verified, plan.limits.max_context)
-    return {"device_source": verified.module.source, "launches": launches,
-            "scratch": scratch, "nvcc": str(find_nvcc())}
-
-
-def _coop_values(plan: Plan, target: Target, cache: Path, reports: list[Any]
-                 ) -> dict[str, Any]:
-    from ninfer.codegen.coop_launch import coop_stubs
-    from ninfer.kernels.coop import render_coop_source
-
-    roles, variants, found = coop_stubs(plan, target, cache.parent / ".cuda-cache")
-    reports.extend(found)
-    return {"coop": roles, "coop_source": render_coop_source(variants) if variants else ""}
+    backend: dict[str, Any] = {"device_source": module.source, "launches": launches,
+                               "scratch": scratch}
+    reports: list[Any] = []
+    if coop:
+        roles, variants, reports = coop_stubs(plan, target, resources)
+        backend.update(coop=roles, coop_source=render_coop_source(variants) if variants else "")
+    return backend, verified, reports
 
 
 def _launch_rows(verified: Any, extra_reports: list[Any]) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ and re-checks the grid against that route's resident budget before launching.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -38,7 +37,7 @@ class CoopStubView:
         return f"void {self.name}(const float* x, const float* w, float* out, int64_t n)"
 
 
-def coop_stubs(plan: Any, target: Any, cache_dir: Path) -> tuple[dict[str, CoopStubView],
+def coop_stubs(plan: Any, target: Any, resources: Any) -> tuple[dict[str, CoopStubView],
                                                                   list[Any], list[Any]]:
     """role -> stub for every bias-free projection; plus the variant specs to compile and
     the routers' verification reports (for compile_report.json)."""
@@ -55,7 +54,7 @@ def coop_stubs(plan: Any, target: Any, cache_dir: Path) -> tuple[dict[str, CoopS
             continue  # the family has no bias epilogue and reads f32 weights: the TVM GEMM
         key = (spec.k, spec.n_out)
         if key not in by_shape:
-            router = derive_coop_routes(target, spec.k, spec.n_out, chunk, cache_dir)
+            router = derive_coop_routes(target, spec.k, spec.n_out, chunk, resources)
             reports.append(router.report)
             checks = {(c.launch.kernel, c.sizes): c for c in router.report.checks}
             views = []

@@ -15,17 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import jinja2
 
-from ninfer.occupancy.resources import (
-    CompiledCuda,
-    CudaCompileError,
-    KernelResources,
-    compile_cuda,
-)
+from ninfer.occupancy.resources import CudaCompileError, KernelResources, ResourceSource
 from ninfer.occupancy.verifier import (
     Grid,
     LaunchCheck,
@@ -147,14 +141,14 @@ def render_coop_source(specs: Sequence[CoopProjectionSpec]) -> str:
 
 
 def compile_coop_family(specs: Sequence[CoopProjectionSpec], arch: str,
-                        cache_dir: Path) -> CompiledCuda:
+                        resources: ResourceSource) -> Mapping[str, KernelResources]:
     """All variants in one nvcc run for `arch`; resources keyed by spec.name()."""
-    compiled = compile_cuda(render_coop_source(specs), arch, cache_dir)
-    missing = [s.name() for s in specs if s.name() not in compiled.resources]
+    found = resources(render_coop_source(specs), arch)
+    missing = [s.name() for s in specs if s.name() not in found]
     if missing:
         raise CudaCompileError(f"nvcc reported no resource usage for {', '.join(missing)} "
-                               f"({arch}); see {compiled.cubin_path.parent}")
-    return compiled
+                               f"({arch})")
+    return found
 
 
 @dataclass(frozen=True)
@@ -220,11 +214,11 @@ def route_coop(target: Target, variants: Sequence[CoopProjectionSpec],
 
 
 def derive_coop_routes(target: Target, k: int, n_out: int, max_tokens: int,
-                       cache_dir: Path) -> CoopRouter:
-    """Compile the family for the target's arch (cached) and route 1..max_tokens."""
+                       resources: ResourceSource) -> CoopRouter:
+    """Compile the family for the target's arch and route 1..max_tokens."""
     specs = coop_family(k, n_out)
-    compiled = compile_coop_family(specs, target.arch, cache_dir)
-    return route_coop(target, specs, compiled.resources, max_tokens)
+    return route_coop(target, specs, compile_coop_family(specs, target.arch, resources),
+                      max_tokens)
 
 
 def _no_variant_fits(target: Target, tokens: int,

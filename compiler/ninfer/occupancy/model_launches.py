@@ -9,12 +9,11 @@ nvcc.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from ninfer.occupancy.resources import CompiledCuda, compile_cuda
+from ninfer.occupancy.resources import KernelResources, ResourceSource
 from ninfer.occupancy.verifier import LaunchSpec, RuntimeLimits, VerificationReport, verify
 from ninfer.targets import Target
 
@@ -22,7 +21,7 @@ from ninfer.targets import Target
 @dataclass(frozen=True)
 class VerifiedModule:
     module: Any  # ninfer.kernels.cuda.CudaModule
-    compiled: CompiledCuda
+    resources: Mapping[str, KernelResources]  # per kernel symbol, as nvcc reported
     report: VerificationReport
     max_rows: dict[str, int]  # spec name -> largest row count the step program passes
 
@@ -76,11 +75,11 @@ def model_launch_specs(module: Any, max_rows: dict[str, int], max_context: int
 
 
 def verify_model_launches(module: Any, target: Target, plan: Any, num_heads: int,
-                          cache_dir: Path) -> VerifiedModule:
-    """nvcc the device code for the target's arch, then prove every launch fits."""
-    compiled = compile_cuda(module.source, target.arch, cache_dir)
+                          resources: ResourceSource) -> VerifiedModule:
+    """The device code's resource usage for the target's arch (nvcc), then the proof that
+    every launch fits."""
+    used = resources(module.source, target.arch)
     rows = max_rows_per_spec(plan, num_heads)
     launches = model_launch_specs(module, rows, plan.limits.max_context)
-    report = verify(target, launches, compiled.resources,
-                    RuntimeLimits(max_prefill_chunk=max(rows.values())))
-    return VerifiedModule(module, compiled, report, rows)
+    report = verify(target, launches, used, RuntimeLimits(max_prefill_chunk=max(rows.values())))
+    return VerifiedModule(module, used, report, rows)
