@@ -203,7 +203,7 @@ def run(root: Path) -> int:
     # Builds with 16-bit or quantized matmul weights (name suffix -bf16, -q8g32) compute in
     # f32 with exactly the stored weights: the reference is transformers with those weights
     # (embeddings and norms stay f32; activations are not rounded on CUDA).
-    from ninfer import quant
+    from ninfer.quantize import weight_formats as quant
 
     def reference_for(fmt: str) -> list[list[int]]:
         m = copy.deepcopy(hf)

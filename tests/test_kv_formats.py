@@ -1,4 +1,4 @@
-"""KV-cache formats (--kv-dtype): the storage layout and rounding of ninfer.kv_formats
+"""KV-cache formats (--kv-dtype): the storage layout and rounding of ninfer.quantize.kv_formats
 (the reference the CPU kernels are checked against in tests/kernels), and what the
 formats do to the plan: bytes per token, tokens --kv-capacity auto can hold, refusals."""
 
@@ -10,10 +10,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ninfer import kv_formats as K
 from ninfer.frontend import open_checkpoint
 from ninfer.frontend.llama import build_graph
 from ninfer.plan import PlanError, ServeLimits, make_plan
+from ninfer.quantize import kv_formats as K
 from ninfer.targets import load_target
 from test_frontend import BASE, make_ckpt
 

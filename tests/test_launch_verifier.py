@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ninfer.kernels.coop import (
+from ninfer.kernels.cuda.coop import (
     CoopProjectionSpec,
     compile_coop_family,
     coop_family,

@@ -21,7 +21,7 @@ from ninfer.frontend.config import FrontendError
 from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.llama import build_graph
 from ninfer.frontend.tokenizer import TokenizerInfo, tokenizer_info
-from ninfer.paths import DEFAULT_BUILD_DIR, ROOT
+from ninfer.paths import DEFAULT_BUILD_DIR
 from ninfer.plan import Plan, ServeLimits, WeightFormats, make_plan, weight_format
 from ninfer.targets import Target, load_target
 
@@ -40,7 +40,7 @@ class CompileOptions:
     kv_capacity: int = 0  # tokens; 0 = auto
     weights: str = "f32"  # matmul weight format (plan.FORMAT_WDTYPES)
     weight_overrides: tuple[tuple[str, str], ...] = ()  # (role, format), e.g. lm_head
-    kv_dtype: str = "f16"  # KV-cache format (ninfer.kv_formats)
+    kv_dtype: str = "f16"  # KV-cache format (ninfer.quantize.kv_formats)
     memory_gib: float | None = None
     python_module: bool = True
     dump_dir: Path | None = None
@@ -63,7 +63,7 @@ class CompileResult:
     report_data: dict[str, Any]
 
 
-CUDA_KV_DTYPES = ("f32", "f16", "bf16")  # cuda_attention.CUDA_KV_FORMATS
+CUDA_KV_DTYPES = ("f32", "f16", "bf16")  # kernels.cuda.attention.CUDA_KV_FORMATS
 
 
 def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> CompileResult:
@@ -176,7 +176,9 @@ def _build_kernels(plan: Plan, target: Target, cache: Path, dest: Path) -> Path:
     digest.update(target.stable_hash().encode())
     for name in sorted(s.name() for s in plan.unique_kernels()):
         digest.update(name.encode())
-    for src in sorted((ROOT / "compiler" / "ninfer" / "kernels").glob("*.py")):
+    package = Path(__file__).resolve().parent  # the kernels and the formats they read
+    for src in sorted(p for d in ("kernels", "quantize") for p in (package / d).rglob("*.py")):
+        digest.update(str(src.relative_to(package)).encode())
         digest.update(src.read_bytes())
     cached = cache / f"{digest.hexdigest()[:24]}.o"
     if not cached.exists():
@@ -196,8 +198,8 @@ def cuda_backend(plan: Plan, target: Target, graph: ModelGraph, resources: Any,
     reports."""
     from ninfer.codegen.coop_launch import coop_stubs
     from ninfer.codegen.cuda_launch import launch_views
-    from ninfer.kernels.coop import render_coop_source
     from ninfer.kernels.cuda import build_cuda_source  # imports TVM
+    from ninfer.kernels.cuda.coop import render_coop_source
     from ninfer.occupancy.model_launches import verify_model_launches
 
     module = build_cuda_source(plan.unique_kernels(), target)
@@ -305,7 +307,7 @@ def _packed_tensors(w: WeightSpec, fmt: str, load: Callable[[], np.ndarray]
                     ) -> list[PendingTensor]:
     """The stored parts of a quantized weight; packed once, when its first part is
     written (parts are written one after the other, so one packed weight is held)."""
-    from ninfer.quant import pack, part_layout
+    from ninfer.quantize.weight_formats import pack, part_layout
 
     n_out, k = w.shape
     layout = part_layout(fmt, n_out, k)

@@ -29,7 +29,6 @@ import numpy as np
 import pytest
 import tvm
 
-from ninfer import kv_formats
 from ninfer.kernels import (
     AddSpec,
     AttentionSpec,
@@ -44,6 +43,7 @@ from ninfer.kernels import (
     build_cpu_object,
     reference,
 )
+from ninfer.quantize import kv_formats
 
 pytestmark = pytest.mark.unit
 

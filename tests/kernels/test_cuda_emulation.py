@@ -29,18 +29,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ninfer import kv_formats, quant
 from ninfer.kernels import AttentionSpec, KernelSpec, KvStoreSpec, MatmulSpec, reference
 from ninfer.kernels.cuda import CudaLaunch, build_cuda_source, evaluate
-from ninfer.kernels.cuda_attention import (
+from ninfer.kernels.cuda.attention import (
     MAX_LOADED_FLOATS,
     MAX_UNROLL,
     attention_layout,
     attention_splits,
     splits_expr,
 )
-from ninfer.kernels.cuda_schedules import cuda_params, pow2_floor
+from ninfer.kernels.cuda.schedules import cuda_params, pow2_floor
 from ninfer.paths import DEFAULT_BUILD_DIR
+from ninfer.quantize import kv_formats
+from ninfer.quantize import weight_formats as quant
 from ninfer.targets import Target, load_target
 
 pytestmark = pytest.mark.unit

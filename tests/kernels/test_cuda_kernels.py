@@ -50,8 +50,8 @@ from ninfer.kernels.cuda import (
     evaluate,
     lower_to_cuda,
 )
-from ninfer.kernels.cuda_attention import attention_splits
-from ninfer.kernels.cuda_schedules import cuda_params, gemv_rows
+from ninfer.kernels.cuda.attention import attention_splits
+from ninfer.kernels.cuda.schedules import cuda_params, gemv_rows
 from ninfer.kernels.te_defs import te_primfunc
 from ninfer.paths import DEFAULT_BUILD_DIR
 from ninfer.targets import available_targets, load_target

@@ -1,7 +1,7 @@
 """Template views of the cooperative split-K projection stubs (CUDA, opt-in).
 
 With `--prefill-projections coop`, every bias-free linear layer of a CUDA model runs
-its prefill rows through the cooperative family (kernels/coop.py): one stub per
+its prefill rows through the cooperative family (kernels/cuda/coop.py): one stub per
 (k, n_out) dispatches a token count to the route the verifier derived for the target,
 and re-checks the grid against that route's resident budget before launching.
 """
@@ -41,7 +41,7 @@ def coop_stubs(plan: Any, target: Any, resources: Any) -> tuple[dict[str, CoopSt
                                                                   list[Any], list[Any]]:
     """role -> stub for every bias-free projection; plus the variant specs to compile and
     the routers' verification reports (for compile_report.json)."""
-    from ninfer.kernels.coop import derive_coop_routes
+    from ninfer.kernels.cuda.coop import derive_coop_routes
 
     chunk = plan.limits.max_prefill_chunk
     by_shape: dict[tuple[int, int], CoopStubView] = {}

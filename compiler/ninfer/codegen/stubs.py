@@ -86,7 +86,7 @@ def weight_parts(role: str, spec: Any) -> list[WeightPart]:
 
 @dataclass(frozen=True)
 class KvPart:
-    """One array of a KV pool (ninfer.kv_formats): the values, or their scales."""
+    """One array of a KV pool (ninfer.quantize.kv_formats): the values, or their scales."""
 
     suffix: str  # member k_pool<suffix>_ / v_pool<suffix>_, kernel argument k_pool<suffix>
     ctype: str

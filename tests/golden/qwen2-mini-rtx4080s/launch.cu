@@ -10,7 +10,7 @@
 #include "kernels.h"
 
 // ---- device code: TVM-generated from the scheduled PrimFuncs ----
-// <11223 lines of device code, sha256 071c76f14469359d>
+// <11223 lines of device code, sha256 2f1e3221c833f161>
 // ---- end of device code ----
 
 // ---- device code: cooperative split-K projections (templates/cuda/coop_splitk.cu.j2) ----

@@ -14,33 +14,34 @@ from pathlib import Path
 import tvm
 from tvm import tirx
 
-from ..quant import format_info
-from . import cpu_attention, cpu_elementwise, cpu_kv, cpu_matmul, cpu_qmatmul
-from .spec import KernelSpec, KvStoreSpec, MatmulSpec
+from ninfer.quantize.weight_formats import format_info
+
+from ..spec import KernelSpec, KvStoreSpec, MatmulSpec
+from . import attention, elementwise, kv, matmul, qmatmul
 
 
 def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
-    """Float weights (float32, f16, bf16): cpu_matmul; group-quantized: cpu_qmatmul."""
+    """Float weights (float32, f16, bf16): matmul; group-quantized: qmatmul."""
     if format_info(spec.wdtype).quantized:
-        return cpu_qmatmul.qmatmul(spec)
-    return cpu_matmul.matmul(spec)
+        return qmatmul.qmatmul(spec)
+    return matmul.matmul(spec)
 
 
 def _kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
-    """float32 pools: a row copy; other KV formats: cpu_kv."""
+    """float32 pools: a row copy; other KV formats: kv."""
     if spec.kv_dtype == "f32" and not spec.rotate:
-        return cpu_elementwise.kv_store(spec)
-    return cpu_kv.kv_store(spec)
+        return elementwise.kv_store(spec)
+    return kv.kv_store(spec)
 
 
 _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
-    "embedding": cpu_elementwise.embedding,
-    "rmsnorm": cpu_elementwise.rmsnorm,
+    "embedding": elementwise.embedding,
+    "rmsnorm": elementwise.rmsnorm,
     "matmul": _matmul,
-    "rope": cpu_elementwise.rope,
-    "silu_mul": cpu_elementwise.silu_mul,
-    "add": cpu_elementwise.add,
-    "attention": cpu_attention.attention,
+    "rope": elementwise.rope,
+    "silu_mul": elementwise.silu_mul,
+    "add": elementwise.add,
+    "attention": attention.attention,
     "kv_store": _kv_store,
 }
 
@@ -72,7 +73,7 @@ def _module(specs: Iterable[KernelSpec]) -> tvm.IRModule:
 
 
 # StorageRewrite would re-create the kernels' stack scratch buffers without their
-# "disable_lower_builtin" mark (see cpu_common.scratch), turning them into per-iteration
+# "disable_lower_builtin" mark (see common.scratch), turning them into per-iteration
 # TVMBackendAllocWorkspace calls. The kernels allocate nothing else, so it has nothing
 # else to do.
 _PASS_CONFIG = {"tirx.disable_storage_rewrite": True}

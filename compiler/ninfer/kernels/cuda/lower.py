@@ -8,8 +8,8 @@ dimensions, the dynamic shared memory size and any scratch buffers the host must
 allocate. Sizes are C expressions over the spec's symbolic sizes (`n`); `evaluate()`
 computes one for given sizes.
 
-Paged attention, KV-cache stores (cuda_attention.py, templates/cuda/paged_attention.cu.j2)
-and group-quantized matmuls (cuda_qmatmul.py) are hand-written CUDA: their source is
+Paged attention, KV-cache stores (attention.py, templates/cuda/paged_attention.cu.j2)
+and group-quantized matmuls (qmatmul.py) are hand-written CUDA: their source is
 appended to the same translation unit and their launches are described the same way
 (parameters in spec.signature() order, then `n`; attention split over its keys is two
 launches, which add their scratch and the `splits` expression).
@@ -32,9 +32,7 @@ from tvm.tirx.build import split_host_device_mods
 
 from ninfer.targets import Target
 
-from . import cuda_attention, cuda_qmatmul
-from . import cuda_schedules as cs
-from .spec import (
+from ..spec import (
     AddSpec,
     AttentionSpec,
     EmbeddingSpec,
@@ -44,7 +42,9 @@ from .spec import (
     RopeSpec,
     SiluMulSpec,
 )
-from .te_defs import te_primfunc
+from ..te_defs import te_primfunc
+from . import attention, qmatmul
+from . import schedules as cs
 
 ParamKind = Literal["tensor", "scratch", "size", "scalar", "expr"]
 
@@ -113,8 +113,8 @@ def cuda_target(target: Target) -> tvm.target.Target:
 def cuda_primfunc(spec: KernelSpec, target: Target) -> tirx.PrimFunc:
     """The scheduled PrimFunc of one kernel for `target`, exported as `spec.name()`."""
     if _hand_written(spec):
-        raise NotImplementedError(f"{spec.name()} is hand-written CUDA (cuda_attention.py, "
-                                  "cuda_qmatmul.py), not a TVM schedule")
+        raise NotImplementedError(f"{spec.name()} is hand-written CUDA (attention.py, "
+                                  "qmatmul.py), not a TVM schedule")
     params = cs.cuda_params(target)
     func = te_primfunc(spec)
     if isinstance(spec, MatmulSpec) and spec.schedule == "gemv":
@@ -148,8 +148,8 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
         module = CudaModule("", [], target.arch)
     hand_written = [spec for spec in specs if _hand_written(spec)]
     source = module.source
-    for extra in (cuda_attention.render_source(hand_written, params),
-                  cuda_qmatmul.render_source(hand_written, params)):
+    for extra in (attention.render_source(hand_written, params),
+                  qmatmul.render_source(hand_written, params)):
         if extra:
             source += "\n" + extra
     launches = module.launches + [launch for spec in hand_written
@@ -160,7 +160,7 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
 
 
 def _hand_written(spec: KernelSpec) -> bool:
-    return cuda_attention.is_hand_written(spec) or cuda_qmatmul.is_quantized_matmul(spec)
+    return attention.is_hand_written(spec) or qmatmul.is_quantized_matmul(spec)
 
 
 # Element types of hand-written kernels' tensors: 16-bit floats travel as their bits.
@@ -169,7 +169,7 @@ _HAND_CTYPES = {"float16": "uint16_t", "int8": "int8_t", "uint8": "uint8_t"}
 
 def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[CudaLaunch]:
     """The launches of a hand-written kernel: spec.signature() in order, then `n`; split
-    attention (cuda_attention.attention_splits > 1) is two launches over scratch."""
+    attention (attention.attention_splits > 1) is two launches over scratch."""
     if any(arg.kind != "tensor" for arg in spec.signature()):
         raise NotImplementedError(f"{spec.name()}: hand-written kernels take tensors and n only")
     args = [
@@ -179,14 +179,14 @@ def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[Cuda
     ]
     size = CudaParam("n", "size", "int64_t", "n")
     if isinstance(spec, MatmulSpec):
-        grid, threads = cuda_qmatmul.launch_shape(spec, params)
-        return [CudaLaunch(spec.name(), cuda_qmatmul.kernel_symbol(spec), [*args, size], grid,
+        grid, threads = qmatmul.launch_shape(spec, params)
+        return [CudaLaunch(spec.name(), qmatmul.kernel_symbol(spec), [*args, size], grid,
                            (threads, 1, 1), "0", [])]
-    grid, threads = cuda_attention.launch_shape(spec, params)
-    symbol = cuda_attention.kernel_symbol(spec)
-    if not (isinstance(spec, AttentionSpec) and cuda_attention.attention_splits(spec, params) > 1):
+    grid, threads = attention.launch_shape(spec, params)
+    symbol = attention.kernel_symbol(spec)
+    if not (isinstance(spec, AttentionSpec) and attention.attention_splits(spec, params) > 1):
         return [CudaLaunch(spec.name(), symbol, [*args, size], grid, (threads, 1, 1), "0", [])]
-    splits = cuda_attention.splits_expr(spec, params)
+    splits = attention.splits_expr(spec, params)
     blocks = f"(n * {spec.heads})"
     allocs = [HostAlloc(f"{spec.name()}_part_acc", "float32",
                         f"({blocks} * {splits} * {spec.head_dim})"),
@@ -198,8 +198,8 @@ def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[Cuda
         CudaLaunch(spec.name(), symbol, [*(a for a in args if a.name != "out"), *part, split_arg,
                                          size],
                    (blocks, splits, "1"), (threads, 1, 1), "0", allocs),
-        CudaLaunch(spec.name(), cuda_attention.combine_symbol(spec), [*part, *out, split_arg, size],
-                   (blocks, "1", "1"), (cuda_attention.combine_threads(spec), 1, 1), "0", allocs),
+        CudaLaunch(spec.name(), attention.combine_symbol(spec), [*part, *out, split_arg, size],
+                   (blocks, "1", "1"), (attention.combine_threads(spec), 1, 1), "0", allocs),
     ]
 
 
