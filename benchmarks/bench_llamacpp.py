@@ -207,7 +207,7 @@ def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -
     engine = load_engine(out, threads=threads)
     # engine.forward(ids, pos) overwrites the KV cache from pos on: nothing to reset
     dec, pre = _measure(engine.forward, lambda: None, n_dec, repeats)
-    plan = result.report_data["plan"]
+    plan = result.report.plan.to_json()
     cfg = json.loads((ckpt / "config.json").read_text())
     embed = 0.0
     if not cfg.get("tie_word_embeddings"):

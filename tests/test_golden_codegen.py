@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from ninfer.codegen import render_tree
+from ninfer.codegen import CpuBackend, cuda_backend, render_tree
 from ninfer.frontend import open_checkpoint
 from ninfer.frontend.llama import build_graph
+from ninfer.occupancy.model_launches import verify_cuda_model
 from ninfer.occupancy.resources import KernelResources, ResourceSource
 from ninfer.plan import ServeLimits, make_plan
 from ninfer.targets import load_target
@@ -85,7 +86,7 @@ def test_generated_sources_match_golden(tmp_path):
     graph = build_graph(open_checkpoint(make_ckpt(tmp_path / "ckpt")))
     target = load_target("cpu")
     plan = make_plan(graph, target, LIMITS)
-    tree = render_tree(graph, plan, target, "qwen2-mini", {"kernel_object": "kernels.o"},
+    tree = render_tree(graph, plan, target, "qwen2-mini", CpuBackend(Path("kernels.o")),
                        tmp_path / "src", tmp_path / "out")
     _compare(tree.directory, GOLDEN, FILES, target.stable_hash())
 
@@ -125,7 +126,7 @@ def test_cuda_launch_code_matches_golden(tmp_path):
     """rtx4080s, prefill projections through the cooperative family (the default on CUDA):
     the CPU snapshot's model with head_dim 32 (the CUDA attention takes multiples of 32),
     compiled for a 2048-token context and prefill chunk."""
-    from ninfer.pipeline import cuda_backend
+    from ninfer.kernels.cuda.lower import build_cuda_source  # imports TVM
 
     graph = build_graph(open_checkpoint(make_ckpt(tmp_path / "ckpt", CUDA_CONFIG)))
     target = load_target("rtx4080s")
@@ -138,12 +139,16 @@ def test_cuda_launch_code_matches_golden(tmp_path):
         resources = _recording(DEFAULT_BUILD_DIR / ".cuda-cache", record)
     else:
         resources = _recorded()
-    backend, _, _ = cuda_backend(plan, target, graph, resources, coop=True)
+    module = build_cuda_source(plan.unique_kernels(), target)
+    verified = verify_cuda_model(module, target, plan, graph.config.num_heads, resources,
+                                 coop=True)
+    verified.raise_if_failed()
     if record:
         RESOURCES.parent.mkdir(parents=True, exist_ok=True)
         RESOURCES.write_text(json.dumps({"arch": target.arch,
                                          "nvcc": nvcc_version(find_nvcc()),
                                          "sources": record}, indent=1) + "\n")
-    tree = render_tree(graph, plan, target, "qwen2-mini", {**backend, "nvcc": "nvcc"},
-                       tmp_path / "src", tmp_path / "out")
+    backend = cuda_backend(verified, plan.limits.max_prefill_chunk, nvcc="nvcc")
+    tree = render_tree(graph, plan, target, "qwen2-mini", backend, tmp_path / "src",
+                       tmp_path / "out")
     _compare(tree.directory, GOLDEN_CUDA, CUDA_FILES, target.stable_hash())

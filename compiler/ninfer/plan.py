@@ -15,6 +15,7 @@ from ninfer.kernels.spec import (
     AddSpec,
     AttentionSpec,
     EmbeddingSpec,
+    KernelSpec,
     KvStoreSpec,
     MatmulSpec,
     RMSNormSpec,
@@ -146,14 +147,14 @@ class MemoryPlan:
 @dataclass(frozen=True)
 class Plan:
     limits: ServeLimits
-    kernels: dict[str, Any]  # role -> kernel spec
+    kernels: dict[str, KernelSpec]  # role -> kernel instance
     buffers: dict[str, int]  # activation buffer -> float32 elements per row
     memory: MemoryPlan
     kv: KvPlan
     weights: WeightFormats = WeightFormats()
 
-    def unique_kernels(self) -> list[Any]:
-        seen: dict[str, Any] = {}
+    def unique_kernels(self) -> list[KernelSpec]:
+        seen: dict[str, KernelSpec] = {}
         for spec in self.kernels.values():
             seen.setdefault(spec.name(), spec)
         return list(seen.values())
@@ -241,7 +242,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
 
     # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats)
     rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0
-    kernels: dict[str, Any] = {
+    kernels: dict[str, KernelSpec] = {
         "embed": EmbeddingSpec(v, h),
         "norm": RMSNormSpec(h, cfg.rms_norm_eps),
         "head_norm": RMSNormSpec(d, cfg.rms_norm_eps),

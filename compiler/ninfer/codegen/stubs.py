@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ninfer.artifact import ARTIFACT_DTYPES
+from ninfer.artifact_format import ARTIFACT_DTYPES
 
 # 16-bit floats travel as their bit patterns (uint16_t); kernels read them by DLDataType.
 _CTYPES = {"float32": "float", "int32": "int32_t", "int64": "int64_t", "float16": "uint16_t",

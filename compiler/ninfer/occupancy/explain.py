@@ -38,7 +38,7 @@ def explain(args: ExplainArgs) -> None:
     """Derive, verify and print the coop projection routes for each target."""
     from rich.console import Console
 
-    from ninfer.kernels.cuda.coop import derive_coop_routes
+    from ninfer.occupancy.coop import derive_coop_routes
     from ninfer.occupancy.resources import nvcc_resources
     from ninfer.occupancy.verifier import VerificationReport, format_table, rich_table
 

@@ -8,13 +8,16 @@ provides `__TVMBackendParallelLaunch` (thread pool) and `__TVMBackendAllocWorksp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import hashlib
+import shutil
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import tvm
 from tvm import tirx
 
 from ninfer.quantize.weight_formats import format_info
+from ninfer.targets import Target
 
 from ..spec import KernelSpec, KvStoreSpec, MatmulSpec
 from . import attention, elementwise, kv, matmul, qmatmul
@@ -91,3 +94,26 @@ def build_cpu_object(specs: Iterable[KernelSpec], out_path: Path) -> Path:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     build_cpu_module(specs).mod.write_to_file(str(out_path))
     return out_path
+
+
+def cached_cpu_object(specs: Sequence[KernelSpec], target: Target, cache: Path, dest: Path
+                      ) -> Path:
+    """Every kernel of `specs` in one object at `dest`, cached under `cache` by the target,
+    the spec names and the sources of the kernels and of the formats they read."""
+    digest = hashlib.sha256()
+    digest.update(target.stable_hash().encode())
+    for name in sorted(s.name() for s in specs):
+        digest.update(name.encode())
+    package = Path(__file__).resolve().parents[2]  # compiler/ninfer
+    for src in sorted(p for d in ("kernels", "quantize") for p in (package / d).rglob("*.py")):
+        digest.update(str(src.relative_to(package)).encode())
+        digest.update(src.read_bytes())
+    cached = cache / f"{digest.hexdigest()[:24]}.o"
+    if not cached.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(".tmp.o")
+        build_cpu_object(specs, tmp)
+        tmp.replace(cached)
+    if not dest.exists() or dest.read_bytes() != cached.read_bytes():
+        shutil.copyfile(cached, dest)
+    return dest

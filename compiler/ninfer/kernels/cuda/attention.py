@@ -62,6 +62,7 @@ import jinja2
 
 from ninfer.paths import TEMPLATES_DIR
 
+from ..launch import ONE, Expr, N, ceil_div
 from ..spec import AttentionSpec, KernelSpec, KvStoreSpec
 from .schedules import VECTOR, WARP, CudaParams, pow2_ceil, pow2_floor
 
@@ -128,10 +129,9 @@ def attention_splits(spec: AttentionSpec, params: CudaParams) -> int:
     return max(1, min(cap, -(-params.gemv_min_blocks // spec.heads)))
 
 
-def splits_expr(spec: AttentionSpec, params: CudaParams) -> str:
-    """splits(n) as a C expression: attention_splits for n = 1, down to 1 as n grows."""
-    most = spec.heads * attention_splits(spec, params)
-    return f"(({most} + n * {spec.heads} - 1) / (n * {spec.heads}))"
+def splits_expr(spec: AttentionSpec, params: CudaParams) -> Expr:
+    """splits(n): attention_splits for n = 1, down to 1 as n grows."""
+    return ceil_div(spec.heads * attention_splits(spec, params), N * spec.heads)
 
 
 def combine_threads(spec: AttentionSpec) -> int:
@@ -146,14 +146,14 @@ def kv_store_vector(spec: KvStoreSpec) -> int:
     return math.gcd(spec.width, VECTOR)
 
 
-def launch_shape(spec: KernelSpec, params: CudaParams) -> tuple[tuple[str, str, str], int]:
-    """(grid as C expressions over n, threads per block) of a hand-written kernel."""
+def launch_shape(spec: KernelSpec, params: CudaParams) -> tuple[tuple[Expr, Expr, Expr], int]:
+    """(grid over n, threads per block) of a hand-written kernel."""
     if isinstance(spec, AttentionSpec):
-        return (f"(n * {spec.heads})", "1", "1"), attention_layout(spec, params).threads
+        return (N * spec.heads, ONE, ONE), attention_layout(spec, params).threads
     if isinstance(spec, KvStoreSpec):
         threads = params.elementwise_threads
         per_row = spec.width // kv_store_vector(spec)
-        return (f"(((n * {per_row}) + {threads - 1}) / {threads})", "1", "1"), threads
+        return (ceil_div(N * per_row, threads), ONE, ONE), threads
     raise NotImplementedError(f"no hand-written CUDA kernel for family {spec.family!r}")
 
 

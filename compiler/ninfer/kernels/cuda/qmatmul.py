@@ -33,6 +33,7 @@ import jinja2
 from ninfer.paths import TEMPLATES_DIR
 from ninfer.quantize.weight_formats import format_info
 
+from ..launch import ONE, Const, Expr, N, ceil_div
 from ..spec import KernelSpec, MatmulSpec
 from .schedules import WARP, CudaParams, gemv_rows
 
@@ -57,14 +58,12 @@ def gemv_warps(spec: MatmulSpec, params: CudaParams) -> int:
     return gemv_rows(params, spec.n_out)
 
 
-def launch_shape(spec: MatmulSpec, params: CudaParams) -> tuple[tuple[str, str, str], int]:
-    """(grid as C expressions over n, threads per block)."""
+def launch_shape(spec: MatmulSpec, params: CudaParams) -> tuple[tuple[Expr, Expr, Expr], int]:
+    """(grid over n, threads per block)."""
     if spec.schedule == "gemv":
         warps = gemv_warps(spec, params)
-        return (f"{-(-spec.n_out // warps)}", f"((n + {GEMV_ROWS - 1}) / {GEMV_ROWS})",
-                "1"), WARP * warps
-    return (f"{-(-spec.n_out // GEMM_BN)}", f"((n + {GEMM_BM - 1}) / {GEMM_BM})", "1"), \
-        GEMM_THREADS
+        return (Const(-(-spec.n_out // warps)), ceil_div(N, GEMV_ROWS), ONE), WARP * warps
+    return (Const(-(-spec.n_out // GEMM_BN)), ceil_div(N, GEMM_BM), ONE), GEMM_THREADS
 
 
 def _values(spec: MatmulSpec, params: CudaParams) -> dict[str, object]:
