@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 
 def _parse() -> argparse.Namespace:
@@ -46,7 +44,6 @@ def _parse() -> argparse.Namespace:
 ARGS = _parse()
 for var in ("TVM_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(ARGS.threads)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compiler"))
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402

@@ -18,11 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compiler"))
 
 
 def main() -> None:

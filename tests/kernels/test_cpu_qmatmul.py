@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")  # exercise the parallel loops
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "compiler"))
 
 import numpy as np
 import pytest
