@@ -49,7 +49,8 @@ console = Console(stderr=True)
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
 @click.option("--dump", "dump_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Write every stage's output (graph, plan, report, generated code) here.")
+              help="Write each stage's output here as it finishes (graph, plan, kernel and "
+                   "launch tables, generated code, report).")
 @click.option("--prefill-projections", type=click.Choice(["auto", "tvm", "coop"]),
               default="auto", show_default=True,
               help="CUDA: prefill projections through the TVM GEMM or the cooperative "
