@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, Literal
 
 from ninfer.codegen.coop_launch import CoopStubView, coop_stubs
 from ninfer.codegen.cuda_launch import LaunchView, ScratchView, launch_views
@@ -20,7 +21,7 @@ from ninfer.occupancy.model_launches import VerifiedCuda
 class CpuBackend:
     kernel_object: Path  # one LLVM object with every kernel (kernels.cpu)
 
-    kind = "cpu"
+    kind: ClassVar[Literal["cpu"]] = "cpu"
 
     def template_values(self) -> dict[str, object]:
         return {"kernel_object": str(self.kernel_object)}
@@ -35,7 +36,7 @@ class CudaBackend:
     coop: Mapping[str, CoopStubView] = field(default_factory=dict)  # role -> stub
     coop_source: str = ""  # device code of the cooperative variants the stubs launch
 
-    kind = "cuda"
+    kind: ClassVar[Literal["cuda"]] = "cuda"
 
     def template_values(self) -> dict[str, object]:
         return {"device_source": self.device_source, "launches": self.launches,
