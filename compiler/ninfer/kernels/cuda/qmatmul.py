@@ -41,7 +41,7 @@ TEMPLATE = "cuda/qmatmul.cu.j2"
 QUANTIZED = ("q8g32", "q4g64", "q4g128")
 # Rows of x one gemv block takes (registers: one accumulator each). Any n is correct,
 # further rows take further blocks (grid.y); the step program's decode calls pass at most
-# pipeline.GEMV_MAX_ROWS (4 on CUDA), which one block then covers.
+# options.GEMV_MAX_ROWS (4 on CUDA), which one block then covers.
 GEMV_ROWS = 4
 GEMM_BM, GEMM_BN, GEMM_KT, GEMM_THREADS = 64, 64, 32, 256
 
