@@ -11,7 +11,7 @@ machine may be shared; the best call is the least disturbed one) as ms, GB/s of 
 read and GFLOP/s, then the ratio numpy time / our time for the best calls and for the
 median calls (> 1 means faster than numpy).
 
-Then one line per weight format (ninfer.quant.WEIGHT_FORMATS): the gemv at n = 1 with
+Then one line per weight format (quantize.weight_formats.WEIGHT_FORMATS): the gemv at n = 1 with
 its packed weights streamed from memory (the call cycles through enough copies of them
 to exceed --stream-mb, well above the L3 cache), as ms, GB/s of packed bytes (weights and
 scales) and that rate as a fraction of the float32 gemv's, measured in the same rounds;
@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 
 def _parse() -> argparse.Namespace:
@@ -46,13 +44,12 @@ def _parse() -> argparse.Namespace:
 ARGS = _parse()
 for var in ("TVM_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(ARGS.threads)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compiler"))
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 
 from ninfer.kernels import MatmulSpec, build_cpu_module, reference  # noqa: E402
-from ninfer.quant import WEIGHT_FORMATS, pack, packed_nbytes, part_layout  # noqa: E402
+from ninfer.quantize.weight_formats import WEIGHT_FORMATS, pack, packed_nbytes, part_layout  # noqa: E402
 
 PAUSE_S = 0.3
 

@@ -15,31 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
-SIZES = {  # hidden, intermediate, layers, heads, kv heads
-    "small": (512, 1536, 8, 8, 4),
-    "medium": (1024, 3072, 16, 16, 8),
-}
-
-
-def build_checkpoint(directory: Path, size: str) -> None:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from ninfer.demo.checkpoint import write_tokenizer_files
-
-    if (directory / "config.json").exists():
-        return
-    facts = write_tokenizer_files(directory, "qwen", vocab_size=2048)
-    hidden, inter, layers, heads, kv = SIZES[size]
-    config = Qwen3Config(vocab_size=(facts["vocab_size"] + 63) // 64 * 64, hidden_size=hidden,
-                         intermediate_size=inter, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv, head_dim=64,
-                         max_position_embeddings=4096, tie_word_embeddings=False,
-                         eos_token_id=facts["eos_token_id"])
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(config).save_pretrained(directory)
+from ninfer.bench.checkpoints import SIZES, build_checkpoint
 
 
 def best_rate(fn, tokens: int, repeats: int) -> float:
@@ -79,7 +56,7 @@ def main() -> None:
     out = root / f"qwen3-{args.size}-cpu{suffix}"
     report = compile_model(CompileOptions(
         model_dir=ckpt, out_dir=out, model_id=f"qwen3-{args.size}{suffix}", max_context=1024,
-        max_prefill_chunk=args.chunk, weights=args.weights)).report_data
+        max_prefill_chunk=args.chunk, weights=args.weights)).report.to_json()
     engine = load_engine(out, threads=args.threads)
 
     from transformers import AutoModelForCausalLM

@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 
 def main() -> None:
@@ -32,7 +30,6 @@ def main() -> None:
     ap.add_argument("--stream-mb", type=int, default=160)
     args = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compiler"))
     import numpy as np
     import tvm
 

@@ -4,7 +4,7 @@
 
 Compiles the CPU attention kernel for a Qwen3-0.6B layer (16 query heads, 8 kv heads,
 head_dim 128, block 16) once per format, fills every sequence's pool with random keys and
-values encoded by ninfer.kv_formats, and times one decode step (one query row per
+values encoded by ninfer.quantize.kv_formats, and times one decode step (one query row per
 sequence at position context - 1; best of --repeats calls after a warm-up). With 1
 sequence the pool of one layer (8 MiB at f32 and 2048 tokens) partly fits the caches;
 with 4 it does not, and the formats that read fewer bytes win. Prints ms per call, the
@@ -18,11 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compiler"))
 
 
 def main() -> None:
@@ -37,8 +33,8 @@ def main() -> None:
     import numpy as np
     import tvm
 
-    from ninfer import kv_formats as K
     from ninfer.kernels import AttentionSpec, build_cpu_module
+    from ninfer.quantize import kv_formats as K
 
     seqs = [int(s) for s in args.seqs.split(",")]
     heads, kvh, d, bs = 16, 8, 128, 16

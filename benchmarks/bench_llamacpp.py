@@ -5,7 +5,7 @@
 
 Builds once (cached under build/bench/) a ~0.5B-parameter random-weight Qwen3 checkpoint
 with transformers (fixed seed, fp16 safetensors, the demo tokenizer padded to the model's
-vocab), converts it with ninfer.gguf_export to GGUF F32 / F16 / Q8_0 / Q4_0, and times,
+vocab), converts it with ninfer.bench.gguf_export to GGUF F32 / F16 / Q8_0 / Q4_0, and times,
 each in its own process with the same thread count:
   - llama.cpp through llama-cpp-python (n_ctx 1024, logits of the last token only);
   - ninfer in the matching format (f32, f16, q8g32, q4g64), see `ninfer_rates`;
@@ -100,7 +100,7 @@ def _prod(shape: tuple[int, ...]) -> int:
 
 
 def export_all(ckpt: Path, qtypes: list[str]) -> dict[str, Path]:
-    from ninfer.gguf_export import export_gguf
+    from ninfer.bench.gguf_export import export_gguf
 
     paths = {}
     for q in qtypes:
@@ -176,7 +176,7 @@ def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], No
 def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> Rates:
     from llama_cpp import Llama
 
-    from ninfer.gguf_export import weight_bytes_per_token
+    from ninfer.bench.gguf_export import weight_bytes_per_token
 
     llm = Llama(model_path=str(gguf_path), n_ctx=N_CTX, n_batch=PREFILL_TOKENS,
                 n_ubatch=PREFILL_TOKENS, n_threads=threads, n_threads_batch=threads,
@@ -207,7 +207,7 @@ def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -
     engine = load_engine(out, threads=threads)
     # engine.forward(ids, pos) overwrites the KV cache from pos on: nothing to reset
     dec, pre = _measure(engine.forward, lambda: None, n_dec, repeats)
-    plan = result.report_data["plan"]
+    plan = result.report.plan.to_json()
     cfg = json.loads((ckpt / "config.json").read_text())
     embed = 0.0
     if not cfg.get("tie_word_embeddings"):
@@ -220,7 +220,7 @@ def _bytes_per_weight(fmt: str) -> float:
     plain = {"f32": 4.0, "float32": 4.0, "f16": 2.0, "bf16": 2.0}
     if fmt in plain:
         return plain[fmt]
-    from ninfer.quant import bytes_per_weight  # the quantized formats' layouts
+    from ninfer.quantize.weight_formats import bytes_per_weight  # the quantized formats' layouts
 
     return float(bytes_per_weight(fmt))
 

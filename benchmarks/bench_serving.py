@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_serving.py --size small --threads 2
 
-Builds the random-weight Qwen3 checkpoint of bench_decode.py (fixed seed), compiles it
+Builds the random-weight Qwen3 checkpoint of bench_decode.py (ninfer.bench.checkpoints), compiles it
 for `cpu` with --max-concurrency 8 and the chosen prefill chunk (once; reused while the
 options match), starts its ninfer-server and measures:
   - fairness: stream A's decode tokens/s while stream B prefills 8 x chunk tokens, as a
@@ -25,9 +25,7 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_decode import SIZES, build_checkpoint
+from ninfer.bench.checkpoints import SIZES, build_checkpoint
 
 
 def cpu_name() -> str:

@@ -4,10 +4,11 @@ time and several at once; memcheck; decode speed of a Qwen3-0.6B-shaped model wi
 transformers on the same GPU as the peer.
 
 Needs only python3 with torch, transformers, httpx, numpy, safetensors, xxhash and jinja2
-(as on the lent H200 image); it imports ninfer from this checkout, without TVM.
+(as on the lent H200 image); it imports ninfer from this checkout, without TVM
+(PYTHONPATH=compiler: ninfer is not installed there).
 
-    python3 benchmarks/gpu_check.py run ROOT        # there
-    python3 benchmarks/gpu_check.py bench-ckpt DIR  # the bench checkpoint (both sides)
+    PYTHONPATH=compiler python3 benchmarks/gpu_check.py run ROOT        # there
+    PYTHONPATH=compiler python3 benchmarks/gpu_check.py bench-ckpt DIR  # the bench checkpoint
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compiler"))
 
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "東京は日本の首都です。", "a"]
 # Qwen3-0.6B's shape (tied embeddings), random weights; vocab cut to 32k to keep the
@@ -203,7 +202,7 @@ def run(root: Path) -> int:
     # Builds with 16-bit or quantized matmul weights (name suffix -bf16, -q8g32) compute in
     # f32 with exactly the stored weights: the reference is transformers with those weights
     # (embeddings and norms stay f32; activations are not rounded on CUDA).
-    from ninfer import quant
+    from ninfer.quantize import weight_formats as quant
 
     def reference_for(fmt: str) -> list[list[int]]:
         m = copy.deepcopy(hf)

@@ -14,11 +14,9 @@ case "${1:-}" in
   prepare)
     target=${2:-h200}
     rm -rf "$root" && mkdir -p "$root/lib"
-    .venv/bin/python - "$target" "$root" <<'PY'
+    PYTHONPATH=tests:benchmarks .venv/bin/python - "$target" "$root" <<'PY'
 import shutil, sys
 from pathlib import Path
-sys.path.insert(0, "tests")
-sys.path.insert(0, "benchmarks")
 from conftest import MAX_CONTEXT, PREFILL_CHUNK, compiled
 from gpu_check import BENCH_LIMITS, bench_checkpoint
 from ninfer.pipeline import CompileOptions, compile_model
@@ -66,7 +64,7 @@ PY
     export LD_LIBRARY_PATH="$PWD/$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
     "$root/membench" || true
-    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py run "$root"
+    PYTHONUNBUFFERED=1 PYTHONPATH=compiler python3 benchmarks/gpu_check.py run "$root"
     ;;
   *)
     echo "usage: $0 prepare [TARGET] | run" >&2

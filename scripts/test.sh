@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check compiler tests benchmarks runtime_cpp/tools
 .venv/bin/mypy
+.venv/bin/lint-imports  # the pipeline's import layers (pyproject [tool.importlinter])
 export TVM_NUM_THREADS=${TVM_NUM_THREADS:-2}
 exec .venv/bin/pytest "$@"

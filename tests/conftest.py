@@ -6,8 +6,12 @@ ccache make a second session cheap, and a fresh checkout (CI) builds them once.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
+import shutil
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -107,15 +111,43 @@ def _make_checkpoint(name: str, directory: Path) -> list[int]:
     return list(facts["eos_token_id"])
 
 
+def generator_digest(*parts: Any) -> str:
+    """What a cached checkpoint was made by: the source of the functions that make it
+    (and of the demo tokenizer and corpus they use), their other inputs, and the torch and
+    transformers versions. A cached checkpoint whose stamp records another digest is
+    rebuilt, so changing the generator can never leave a stale checkpoint in use."""
+    from ninfer.demo import checkpoint as demo_checkpoint
+    from ninfer.demo import tokenizer as demo_tokenizer
+
+    h = hashlib.sha256()
+    for part in (*parts, demo_checkpoint, demo_tokenizer):
+        h.update((inspect.getsource(part) if inspect.isfunction(part) or inspect.ismodule(part)
+                  else repr(part)).encode())
+        h.update(b"\0")
+    h.update(f"torch {version('torch')}, transformers {version('transformers')}".encode())
+    return h.hexdigest()[:16]
+
+
+def _cached(ckpt: Path, generator: str) -> dict[str, Any] | None:
+    """The stamp of a checkpoint made by `generator`, or None (missing or made otherwise)."""
+    stamp = ckpt / "ninfer-test.json"
+    if not stamp.exists():
+        return None
+    facts: dict[str, Any] = json.loads(stamp.read_text())
+    return facts if facts.get("generator") == generator else None
+
+
 def compiled(name: str) -> CompiledModel:
     from ninfer.pipeline import CompileOptions, compile_model
 
     ckpt = TEST_MODELS / f"{name}-checkpoint"
-    stamp = ckpt / "ninfer-test.json"
-    if not stamp.exists():
-        eos = _make_checkpoint(name, ckpt)
-        stamp.write_text(json.dumps({"eos_token_ids": eos}))
-    eos = json.loads(stamp.read_text())["eos_token_ids"]
+    generator = generator_digest(_make_checkpoint, name)
+    facts = _cached(ckpt, generator)
+    if facts is None:
+        shutil.rmtree(ckpt, ignore_errors=True)
+        facts = {"eos_token_ids": _make_checkpoint(name, ckpt), "generator": generator}
+        (ckpt / "ninfer-test.json").write_text(json.dumps(facts))
+    eos = facts["eos_token_ids"]
     out = TEST_MODELS / f"{name}-cpu"
     # An f32 KV cache (the default is f16): these builds are checked against transformers
     # at f32 tolerances. The f16 cache is served end to end by test_cli's default compile
@@ -139,8 +171,6 @@ def _train(base: Path, directory: Path) -> None:
     (fixed seeds, 2 threads, ~25 s on 2 cores): its predictions become peaked, as a real
     model's are (perplexity ~22 on held-out text instead of ~3300), so that quantization
     drift is judged on tokens with a clear winner rather than on near-ties."""
-    import shutil
-
     import torch
     from tokenizers import Tokenizer
     from transformers import Qwen3ForCausalLM
@@ -177,11 +207,12 @@ def _train(base: Path, directory: Path) -> None:
 def trained_checkpoint(qwen3_model: CompiledModel) -> Path:
     """The tiny Qwen3 after a short training run (see `_train`); built once, cached."""
     ckpt = TEST_MODELS / "qwen3-trained-checkpoint"
-    stamp = ckpt / "ninfer-test.json"
-    if not stamp.exists():
+    base = json.loads((qwen3_model.checkpoint / "ninfer-test.json").read_text())["generator"]
+    generator = generator_digest(_train, TRAIN_STEPS, base)
+    if _cached(ckpt, generator) is None:
         _train(qwen3_model.checkpoint, ckpt)
-        stamp.write_text(json.dumps({"base": qwen3_model.checkpoint.name,
-                                     "steps": TRAIN_STEPS}))
+        (ckpt / "ninfer-test.json").write_text(json.dumps(
+            {"base": qwen3_model.checkpoint.name, "steps": TRAIN_STEPS, "generator": generator}))
     return ckpt
 
 

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "compiler") not in sys.path:
-    sys.path.insert(0, str(ROOT / "compiler"))
-
-from native_build import build_extension  # noqa: E402
-from ninfer.demo import chat_templates as T  # noqa: E402
-from ninfer.frontend.chat_template import (  # noqa: E402
+from native_build import build_extension
+from ninfer.demo import chat_templates as T
+from ninfer.frontend.chat_template import (
     ChatFormat,
     ChatTemplateError,
     compile_chat_template,

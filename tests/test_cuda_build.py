@@ -1,12 +1,15 @@
 """GPU targets build without a GPU: kernels compiled by nvcc for each target's arch,
 every launch verified against that target's occupancy, ninfer-server linked.
 
-Nothing here runs CUDA code; the tests marked `gpu` (tests/test_gpu.py) do.
+Nothing here runs CUDA code, with or without a GPU present (the server runs only up to
+its artifact and device checks, with the GPUs hidden); the tests marked `gpu`
+(tests/test_gpu.py) do.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
@@ -34,7 +37,7 @@ def gpu_build(request, qwen3_model):
 def test_every_launch_verified_and_server_linked(gpu_build):
     name, result = gpu_build
     target = load_target(name)
-    report = json.loads(result.report.read_text())
+    report = json.loads(result.report_path.read_text())
     assert report["target"]["name"] == name
     launches = report["launches"]
     kinds = {row["kernel"].split("_")[0] for row in launches}
@@ -72,9 +75,14 @@ def test_server_refuses_an_artifact_for_another_target(gpu_build, qwen3_model):
 
 
 def test_server_without_a_gpu_fails_cleanly(gpu_build):
+    """No usable GPU: a clean error, not a crash. The GPUs are hidden from the server
+    (CUDA_VISIBLE_DEVICES=-1: no device index is valid), so this holds on a machine
+    without a GPU or driver (cudaErrorInsufficientDriver) and on one with a GPU, even one
+    this target's server would accept (cudaErrorNoDevice), instead of serving there."""
     _, result = gpu_build
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1"}
     r = subprocess.run([str(result.server), "--port", "0"], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=60, env=env)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("ninfer-server: error: ")
     assert "cuda" in r.stderr.lower()
@@ -91,7 +99,7 @@ def test_coop_prefill_projections_are_routed_and_verified(qwen3_model):
         model_dir=qwen3_model.checkpoint, target="rtx4080s", out_dir=out,
         model_id="qwen3-tiny", max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK,
         prefill_projections="coop"))
-    rows = [r for r in result.report_data["launches"] if r["kernel"].startswith("coop_")]
+    rows = [r for r in result.report.to_json()["launches"] if r["kernel"].startswith("coop_")]
     assert rows, "no cooperative launches in the report"
     for row in rows:
         budget = int(row["resident_budget"])
@@ -117,7 +125,7 @@ def test_16bit_weights_and_kv_build_for_cuda(qwen3_model):
         model_dir=qwen3_model.checkpoint, target="h200", out_dir=out, model_id="qwen3-tiny",
         max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK, weights="bf16",
         weight_overrides=(("lm_head", "f16"),), kv_dtype="f16"))
-    report = result.report_data
+    report = result.report.to_json()
     assert set(report["plan"]["weights"].values()) == {"bf16", "f16"}
     assert report["plan"]["kv"]["dtype"] == "f16"
     launched = {row["kernel"] for row in report["launches"]}
@@ -144,7 +152,7 @@ def test_quantized_weights_build_for_cuda(qwen3_model):
         model_dir=qwen3_model.checkpoint, target="rtx4080s", out_dir=out, model_id="qwen3-tiny",
         max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK, weights="q4g64",
         weight_overrides=(("lm_head", "q8g32"),)))
-    report = result.report_data
+    report = result.report.to_json()
     matmuls = {row["kernel"] for row in report["launches"] if row["kernel"].startswith("matmul_")}
     assert {k.rsplit("_", 2)[-2] for k in matmuls} == {"gemv", "gemm"}
     assert all("_q4g64_" in k or "_q8g32_" in k for k in matmuls), matmuls
@@ -155,3 +163,34 @@ def test_quantized_weights_build_for_cuda(qwen3_model):
         _, hi = map(int, row["sizes"].split()[1].split(".."))
         assert int(row["max_ok_size"]) == hi, row
     assert result.server.exists()
+
+
+def test_verifier_failure_leaves_its_dump(tmp_path):
+    """--dump writes each stage's output as soon as that stage finishes: a launch that does
+    not fit stops the compile in the kernels stage, after the proof that failed
+    (launches.json, with the violation) is written and before anything later is."""
+    from ninfer.occupancy.verifier import LaunchVerificationError
+    from ninfer.paths import TARGETS_DIR
+    from ninfer.pipeline import CompileOptions, compile_model
+    from test_frontend import BASE, make_ckpt
+
+    # The rtx4080s profile with a per-thread register cap that the attention kernel
+    # (about 70 registers) exceeds; nothing else changes, so the device code is the same.
+    profile = (TARGETS_DIR / "rtx4080s.toml").read_text()
+    tight = tmp_path / "tight4080s.toml"
+    tight.write_text(profile.replace('name = "rtx4080s"', 'name = "tight4080s"')
+                     .replace("registers_per_thread_max = 255", "registers_per_thread_max = 40"))
+    ckpt = make_ckpt(tmp_path / "ckpt", {**BASE, "head_dim": 32})
+    dump = tmp_path / "dump"
+    with pytest.raises(LaunchVerificationError, match=r"registers per thread \d+ exceeds 40"):
+        compile_model(CompileOptions(model_dir=ckpt, target=str(tight), out_dir=tmp_path / "out",
+                                     max_context=128, max_prefill_chunk=32, dump_dir=dump))
+    assert sorted(p.name for p in dump.iterdir()) == ["graph.json", "kernels.json",
+                                                       "launches.json", "plan.json"]
+    proof = json.loads((dump / "launches.json").read_text())
+    assert proof["violations"] and all("tight4080s: kernel" in v for v in proof["violations"])
+    failing = [row for row in proof["launches"] if row["max_ok_size"] == "0"]
+    assert failing and all(int(row["registers"]) > 40 for row in failing)
+    kernels = json.loads((dump / "kernels.json").read_text())
+    assert {k["name"] for k in kernels["kernels"]} == {la["spec"] for la in kernels["launches"]}
+    assert json.loads((dump / "plan.json").read_text())["limits"]["max_prefill_chunk"] == 32

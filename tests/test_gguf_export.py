@@ -1,4 +1,4 @@
-"""GGUF export (ninfer.gguf_export) for the llama.cpp peer benchmark.
+"""GGUF export (ninfer.bench.gguf_export) for the llama.cpp peer benchmark.
 
 The unit tests need only the `gguf` package; the parity tests load the exported F32 GGUF
 with llama-cpp-python and compare it with transformers on the tiny test checkpoints.
@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ninfer.bench.gguf_export import export_gguf, llama3_rope_factors, weight_bytes_per_token
 from ninfer.demo.checkpoint import write_demo_checkpoint
-from ninfer.gguf_export import export_gguf, llama3_rope_factors, weight_bytes_per_token
 
 LOGIT_TOL = 1e-4  # relative to the largest reference logit (observed ~1.4e-6)
 GREEDY_STEPS = 16
@@ -184,8 +184,8 @@ def test_llamacpp_quantized_matches_dequantized_weights(qwen3_model, tmp_path: P
     pytest.importorskip("llama_cpp")
     import torch
 
+    from ninfer.bench.gguf_export import GGUF_NAMES
     from ninfer.frontend.llama import HF_NAMES
-    from ninfer.gguf_export import GGUF_NAMES
 
     path = export_gguf(qwen3_model.checkpoint, tmp_path / f"{qtype}.gguf", qtype)
     hf, tok = qwen3_model.hf_model(), qwen3_model.hf_tokenizer()

@@ -1,4 +1,4 @@
-"""KV-cache formats (--kv-dtype): the storage layout and rounding of ninfer.kv_formats
+"""KV-cache formats (--kv-dtype): the storage layout and rounding of ninfer.quantize.kv_formats
 (the reference the CPU kernels are checked against in tests/kernels), and what the
 formats do to the plan: bytes per token, tokens --kv-capacity auto can hold, refusals."""
 
@@ -10,10 +10,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ninfer import kv_formats as K
 from ninfer.frontend import open_checkpoint
 from ninfer.frontend.llama import build_graph
 from ninfer.plan import PlanError, ServeLimits, make_plan
+from ninfer.quantize import kv_formats as K
 from ninfer.targets import load_target
 from test_frontend import BASE, make_ckpt
 
@@ -45,8 +45,16 @@ def test_integer_formats_error_is_half_a_step(fmt):
     step = np.repeat(parts[1].astype(np.float64), K.KV_GROUP, axis=-1)
     err = np.abs(K.decode(fmt, parts) - x)
     assert np.all(err <= step / 2 * (1 + 1e-6) + 1e-12)
-    # the largest value of each group is representable within half a step
-    assert np.all(np.abs(K.decode(fmt, parts)).reshape(7, 3, 2, 32).max(-1) > 0)
+    # The largest |value| of each group takes the extreme code +-qmax (the scale is
+    # max|x| / qmax, rounded to float16), so it decodes with the scale's rounding alone:
+    # within max|x| x 2^-11 (and the float32 division: 2^-24), far inside half a step.
+    qmax = 127 if fmt == "int8" else 7
+    groups = x.reshape(7, 3, 2, 32)
+    peak = np.abs(groups).argmax(-1)[..., None]
+    top = np.take_along_axis(groups, peak, -1)[..., 0].astype(np.float64)
+    got = np.take_along_axis(K.decode(fmt, parts).reshape(7, 3, 2, 32), peak, -1)[..., 0]
+    assert np.array_equal(got, np.sign(top) * qmax * parts[1].astype(np.float64))
+    assert np.all(np.abs(got - top) <= np.abs(top) * (2.0**-11 + 2.0**-23))
 
 
 def test_int4_nibble_layout():

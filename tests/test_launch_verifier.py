@@ -14,21 +14,17 @@ import sys
 
 import pytest
 
-from ninfer.kernels.coop import (
-    CoopProjectionSpec,
-    compile_coop_family,
-    coop_family,
-    render_coop_source,
-    route_coop,
-)
+from ninfer.kernels.cuda.coop import CoopProjectionSpec, coop_family, render_coop_source
+from ninfer.kernels.launch import Const, LaunchShape, N, ceil_div
+from ninfer.occupancy.coop import compile_coop_family, coop_launch, route_coop
 from ninfer.occupancy.resources import (
     CudaCompileError,
     KernelResources,
     compile_cuda,
     find_nvcc,
+    nvcc_resources,
 )
 from ninfer.occupancy.verifier import (
-    Grid,
     LaunchSpec,
     LaunchVerificationError,
     RuntimeLimits,
@@ -57,19 +53,25 @@ def _one(name: str, **kw: int) -> dict[str, KernelResources]:
     return {name: KernelResources(name, **kw)}
 
 
+def _launch(kernel: str, threads: int, grid, **kw) -> LaunchSpec:
+    """A launch site along tokens (unless `axis` says otherwise)."""
+    axis = kw.pop("axis", "tokens")
+    return LaunchSpec(LaunchShape(kernel, threads, grid, **kw), axis=axis)
+
+
 # ---------------------------------------------------------------- unit: the regression
 
 
 @pytest.mark.unit
 def test_regression_grid_matches_the_crash_report():
     assert (SPLIT2.grid(1664), SPLIT2.grid(1665)) == (78, 84)
-    assert SPLIT2.grid_expr().c_expr("tokens") == "6 * ((tokens + 127) / 128)"
+    assert SPLIT2.grid_expr().c() == "(6 * ((n + 127) / 128))"  # evaluated and printed
 
 
 @pytest.mark.unit
 def test_regression_split2_rejected_at_1665_on_4080s():
     target = load_target("rtx4080s")
-    report = verify(target, [SPLIT2.launch()], FIXED, RuntimeLimits(PREFILL_CHUNK))
+    report = verify(target, [coop_launch(SPLIT2)], FIXED, RuntimeLimits(PREFILL_CHUNK))
     assert not report.ok
     (v,) = report.violations
     assert (v.kernel, v.size, v.value, v.allowed, v.target) == (SPLIT2.name(), 1665, 84, 80,
@@ -85,7 +87,7 @@ def test_regression_split2_rejected_at_1665_on_4080s():
 
 @pytest.mark.unit
 def test_regression_same_schedule_fits_on_4090():
-    report = verify(load_target("rtx4090"), [SPLIT2.launch()], FIXED,
+    report = verify(load_target("rtx4090"), [coop_launch(SPLIT2)], FIXED,
                     RuntimeLimits(PREFILL_CHUNK))
     assert report.ok
     assert report.checks[0].resident_budget == 128
@@ -121,7 +123,7 @@ def test_router_fails_when_no_variant_fits():
 
 @pytest.mark.unit
 def test_flags_block_of_2048_threads():
-    launch = LaunchSpec("big_block", 2048, Grid(4))
+    launch = _launch("big_block", 2048, Const(4))
     report = verify(load_target("rtx4090"), [launch], _one("big_block", registers=32),
                     RuntimeLimits(16))
     (v,) = report.violations
@@ -130,7 +132,7 @@ def test_flags_block_of_2048_threads():
 
 @pytest.mark.unit
 def test_flags_300_registers():
-    launch = LaunchSpec("fat", 128, Grid(1, tile=64))
+    launch = _launch("fat", 128, ceil_div(N, 64))
     report = verify(load_target("h100"), [launch], _one("fat", registers=300),
                     RuntimeLimits(16))
     (v,) = report.violations
@@ -141,7 +143,7 @@ def test_flags_300_registers():
 @pytest.mark.unit
 def test_dynamic_smem_above_opt_in_is_flagged_at_the_first_size():
     # 1024 static + 512 per token: 1024 + 196 x 512 = 101376, the opt-in limit; 197 fails.
-    launch = LaunchSpec("attn", 128, Grid(1, tile=1), dynamic_smem=lambda t: 512 * t)
+    launch = _launch("attn", 128, N, dynamic_smem=N * 512)
     report = verify(load_target("rtx4080s"), [launch],
                     _one("attn", registers=32, static_smem_bytes=1024), RuntimeLimits(256))
     (v,) = report.violations
@@ -155,9 +157,9 @@ def test_dynamic_smem_above_opt_in_is_flagged_at_the_first_size():
 def test_opt_in_attribute_recorded_only_above_the_default_limit():
     target = load_target("rtx4080s")
     res = _one("k", registers=32)
-    small = verify(target, [LaunchSpec("k", 128, Grid(1), dynamic_smem=40_000)], res,
+    small = verify(target, [_launch("k", 128, Const(1), dynamic_smem=Const(40_000))], res,
                    RuntimeLimits(8))
-    large = verify(target, [LaunchSpec("k", 128, Grid(1), dynamic_smem=64 * 1024)], res,
+    large = verify(target, [_launch("k", 128, Const(1), dynamic_smem=Const(64 * 1024))], res,
                    RuntimeLimits(8))
     assert small.ok and not small.checks[0].needs_smem_optin
     assert large.ok and large.checks[0].needs_smem_optin
@@ -167,7 +169,7 @@ def test_opt_in_attribute_recorded_only_above_the_default_limit():
 @pytest.mark.unit
 def test_spills_flagged_against_the_stated_bound():
     res = _one("spiller", registers=24, spill_store_bytes=8, spill_load_bytes=8)
-    launch = LaunchSpec("spiller", 128, Grid(2))
+    launch = _launch("spiller", 128, Const(2))
     target = load_target("rtx5080")
     (v,) = verify(target, [launch], res, RuntimeLimits(8)).violations
     assert (v.limit, v.value, v.allowed) == ("spilled bytes", 16, 0)
@@ -176,7 +178,7 @@ def test_spills_flagged_against_the_stated_bound():
 
 @pytest.mark.unit
 def test_kernel_without_resource_usage_cannot_be_proven():
-    report = verify(load_target("h200"), [LaunchSpec("ghost", 64, Grid(1))], {},
+    report = verify(load_target("h200"), [_launch("ghost", 64, Const(1))], {},
                     RuntimeLimits(8))
     (v,) = report.violations
     assert v.limit == "resource usage" and "sm_90" in str(v)
@@ -188,7 +190,7 @@ def test_axes_cover_batch_and_verify_rows():
     assert limits.sizes("tokens") == (1, 512)
     assert limits.sizes("batch") == (1, 4)
     assert limits.sizes("rows") == (1, 16)
-    launch = LaunchSpec("verify_rows", 64, Grid(1, tile=1), cooperative=True, axis="rows")
+    launch = _launch("verify_rows", 64, N, cooperative=True, axis="rows")
     report = verify(load_target("rtx4080s"), [launch], _one("verify_rows", registers=32),
                     limits)
     assert report.ok and report.checks[0].sizes == (1, 16)
@@ -197,7 +199,7 @@ def test_axes_cover_batch_and_verify_rows():
 @pytest.mark.unit
 def test_plain_table_lists_numbers_and_violations():
     target = load_target("rtx4080s")
-    report = verify(target, [SPLIT2.launch(), UNSPLIT.launch()], FIXED,
+    report = verify(target, [coop_launch(SPLIT2), coop_launch(UNSPLIT)], FIXED,
                     RuntimeLimits(PREFILL_CHUNK))
     text = format_table(report)
     assert "target rtx4080s (sm_89, 80 SMs)" in text
@@ -262,7 +264,8 @@ def coop_resources(nvcc_available) -> dict[str, dict[str, KernelResources]]:
     """The README-shape family compiled once per arch (cached on disk across sessions)."""
     specs = coop_family(*README_SHAPE)
     archs = sorted({load_target(t).arch for t in GPU_TARGETS})
-    return {arch: compile_coop_family(specs, arch, CUDA_CACHE).resources for arch in archs}
+    return {arch: dict(compile_coop_family(specs, arch, nvcc_resources(CUDA_CACHE)))
+            for arch in archs}
 
 
 @pytest.mark.cuda_build
@@ -286,7 +289,7 @@ def test_spilling_kernel_parsed_and_flagged(nvcc_available):
     assert res.registers <= 24  # sm_89 raises a 16-register cap to its lower bound, 24
     assert res.spill_store_bytes > 0 and res.spill_load_bytes > 0
     assert res.local_bytes >= res.spill_store_bytes
-    report = verify(load_target("rtx4080s"), [LaunchSpec("spill_heavy", 1024, Grid(1))],
+    report = verify(load_target("rtx4080s"), [_launch("spill_heavy", 1024, Const(1))],
                     compiled.resources, RuntimeLimits(1))
     (v,) = report.violations
     assert v.limit == "spilled bytes" and v.value == res.spill_bytes
@@ -366,7 +369,7 @@ def test_explain_cli_prints_the_routes(coop_resources):
 
 @pytest.mark.unit
 def test_empty_grid_is_flagged():
-    report = verify(load_target("rtx4090"), [LaunchSpec("idle", 64, Grid(0))],
+    report = verify(load_target("rtx4090"), [_launch("idle", 64, Const(0))],
                     _one("idle", registers=16), RuntimeLimits(4))
     (v,) = report.violations
     assert v.limit == "empty grid" and v.size == 1 and v.failing_sizes == 4

@@ -23,13 +23,21 @@ from ninfer.runtime import Server
 pytestmark = pytest.mark.e2e
 
 # format -> (least top-1 agreement, largest mean KL in nats, largest |perplexity change|)
-# against f32. Measured on 254 positions: f16 1.0 / 3e-7 / 0.0%, q8g32 0.984 / 4.7e-4 /
-# 0.2%, q4g64 0.835 / 6.6e-2 / 5.9%, kv:f16 (the default cache) 1.0 / 1.4e-7 / 0.0%,
-# kv:fp8 0.961 / 2.1e-3 / 0.3%, kv:int8 0.988 / 6.4e-5 / 0.0%, kv:int4 0.890 / 2.0e-2 /
-# 2.0%.
-BOUNDS = {"q8g32": (0.95, 3e-3, 0.02), "q4g64": (0.75, 0.15, 0.12),
-          "kv:f16": (0.99, 1e-5, 0.002), "kv:int8": (0.95, 5e-4, 0.01),
-          "kv:int4": (0.8, 0.06, 0.06)}
+# against f32, over 254 positions. The drift depends on which model and which text: it was
+# measured on 15 samples, the trained checkpoint with 3 training seeds (0, as here, 1, 2)
+# x the text set with 5 seeds (7, as here, 11, 23, 31, 47). Here (seed 0, text 7) / worst
+# of the 15:
+#   q8g32    0.984 / 0.957   4.7e-4 / 8.5e-4   0.18% / 0.72%
+#   q4g64    0.835 / 0.732   6.6e-2 / 1.02e-1  5.9% / 5.9%
+#   kv:f16   1.0 / 0.996     1.2e-7 / 2.2e-7   0.002% / 0.008%
+#   kv:int8  0.988 / 0.984   6.4e-5 / 1.27e-4  0.006% / 0.16%
+#   kv:int4  0.890 / 0.831   2.0e-2 / 4.0e-2   2.0% / 6.3%
+# Each bound is the worst sample with a margin: two positions of top-1, ~20% of KL and of
+# the perplexity change. (f16 weights 1.0 / 3e-7 / 0.0%, kv:fp8 0.961 / 2.1e-3 / 0.3% on
+# the test sample: benchmarks/RESULTS.md.)
+BOUNDS = {"q8g32": (0.95, 1e-3, 0.009), "q4g64": (0.72, 0.12, 0.07),
+          "kv:f16": (0.99, 3e-7, 1e-4), "kv:int8": (0.975, 1.5e-4, 0.002),
+          "kv:int4": (0.82, 0.05, 0.075)}
 ROOT = TEST_MODELS / "accuracy"
 PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "1, 2, 3, 4,"]
 

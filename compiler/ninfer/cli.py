@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from ninfer.paths import DEFAULT_BUILD_DIR
+from ninfer.report import LAUNCH_COLUMNS, LaunchRow
 from ninfer.targets import available_targets
 
 DEMO_DIR = DEFAULT_BUILD_DIR / "demo-checkpoint"
@@ -48,7 +49,8 @@ console = Console(stderr=True)
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
 @click.option("--dump", "dump_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Write every stage's output (graph, plan, report, generated code) here.")
+              help="Write each stage's output here as it finishes (graph, plan, kernel and "
+                   "launch tables, generated code, report).")
 @click.option("--prefill-projections", type=click.Choice(["auto", "tvm", "coop"]),
               default="auto", show_default=True,
               help="CUDA: prefill projections through the TVM GEMM or the cooperative "
@@ -63,7 +65,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
          no_python_module: bool, dump_dir: Path | None, prefill_projections: str,
          explain: bool) -> None:
     """Compile a checkpoint for a target into a standalone ninfer-server."""
-    from ninfer.pipeline import CompileOptions, compile_model
+    from ninfer.options import CompileOptions
+    from ninfer.pipeline import compile_model
 
     if model_dir is None:
         from ninfer.demo.checkpoint import write_demo_checkpoint
@@ -82,39 +85,39 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
             raise click.BadParameter(f"{item!r} is not ROLE=FORMAT",
                                      param_hint="--weights-override")
         overrides.append((role, fmt))
-    opts = CompileOptions(model_dir=model_dir, target=target, out_dir=out_dir,
-                          model_id=model_id, max_context=max_context,
-                          max_prefill_chunk=max_prefill_chunk, max_concurrency=max_concurrency,
-                          kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
-                          weights=weights, weight_overrides=tuple(overrides),
-                          kv_dtype=kv_dtype,
-                          memory_gib=memory_gib,
-                          python_module=not no_python_module, dump_dir=dump_dir,
-                          prefill_projections=prefill_projections)
     try:
+        opts = CompileOptions(model_dir=model_dir, target=target, out_dir=out_dir,
+                              model_id=model_id, max_context=max_context,
+                              max_prefill_chunk=max_prefill_chunk,
+                              max_concurrency=max_concurrency,
+                              kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
+                              weights=weights, weight_overrides=tuple(overrides),
+                              kv_dtype=kv_dtype, memory_gib=memory_gib,
+                              python_module=not no_python_module, dump_dir=dump_dir,
+                              prefill_projections=prefill_projections)
         with console.status("compiling") as status:
             result = compile_model(opts, lambda s: status.update(f"[bold]{s}[/bold]"))
     except (ValueError, RuntimeError, OSError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         sys.exit(1)
+    report = result.report
     if explain:
-        _print_launches(result.report_data["launches"], target)
-    for stage, seconds in result.report_data["stage_seconds"].items():
+        _print_launches(report.launches, target)
+    for stage, seconds in report.stage_seconds.items():
         console.print(f"  {stage:<10} {seconds:7.2f} s")
-    mem = result.report_data["plan"]["memory"]
-    console.print(f"  memory plan: weights {mem['weights_bytes'] / 2**20:.1f} MiB, "
-                  f"KV {mem['kv_bytes'] / 2**20:.1f} MiB, activations "
-                  f"{mem['activation_bytes'] / 2**20:.1f} MiB")
-    kv = result.report_data["plan"]["kv"]
-    console.print(f"  KV pool: {kv['tokens']} tokens in {kv['blocks'] - 1} blocks of "
-                  f"{kv['block_size']} ({kv['dtype']}, {kv['bytes_per_token']} B per token)")
+    mem, kv = report.plan.memory, report.plan.kv
+    console.print(f"  memory plan: weights {mem.weights_bytes / 2**20:.1f} MiB, "
+                  f"KV {mem.kv_bytes / 2**20:.1f} MiB, activations "
+                  f"{mem.activation_bytes / 2**20:.1f} MiB")
+    console.print(f"  KV pool: {kv.tokens} tokens in {kv.blocks - 1} blocks of "
+                  f"{kv.block_size} ({kv.dtype}, {kv.bytes_per_token} B per token)")
     console.print("  memory left after weights, activations and workspace holds: " + ", ".join(
-        f"{f} {m['tokens']}" for f, m in kv["memory_tokens"].items()) + " tokens")
+        f"{fmt} {tokens}" for fmt, _, tokens in kv.memory_tokens) + " tokens")
     console.print(f"[green]built[/green] {result.server}")
     print(result.out_dir)
 
 
-def _print_launches(rows: list[dict[str, str]], target: str) -> None:
+def _print_launches(rows: tuple[LaunchRow, ...], target: str) -> None:
     from rich.table import Table
 
     if not rows:
@@ -122,10 +125,10 @@ def _print_launches(rows: list[dict[str, str]], target: str) -> None:
                       "on the thread pool)[/dim]")
         return
     table = Table(title=f"launch verification: {target}")
-    for column in rows[0]:
+    for column in LAUNCH_COLUMNS:
         table.add_column(column.replace("_", " "))
     for row in rows:
-        table.add_row(*row.values())
+        table.add_row(*row.cells())
     console.print(table, width=max(console.width, 150))
 
 

@@ -15,13 +15,14 @@ from ninfer.kernels.spec import (
     AddSpec,
     AttentionSpec,
     EmbeddingSpec,
+    KernelSpec,
     KvStoreSpec,
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
     SiluMulSpec,
 )
-from ninfer.kv_formats import (
+from ninfer.quantize.kv_formats import (
     KV_DTYPES,
     check_head_dim,
     kv_format,
@@ -73,7 +74,7 @@ class ServeLimits:
     gemv_max_rows: int = 4  # row counts up to this use the GEMV schedule, above it GEMM
     kv_block_size: int = 16  # tokens per KV block
     kv_capacity: int = 0  # tokens in the KV pool; 0 = auto (every slot at full context)
-    kv_dtype: str = "f16"  # storage format of the KV cache (ninfer.kv_formats)
+    kv_dtype: str = "f16"  # storage format of the KV cache (ninfer.quantize.kv_formats)
 
     def validate(self, graph: ModelGraph) -> None:
         cfg = graph.config
@@ -146,14 +147,14 @@ class MemoryPlan:
 @dataclass(frozen=True)
 class Plan:
     limits: ServeLimits
-    kernels: dict[str, Any]  # role -> kernel spec
+    kernels: dict[str, KernelSpec]  # role -> kernel instance
     buffers: dict[str, int]  # activation buffer -> float32 elements per row
     memory: MemoryPlan
     kv: KvPlan
     weights: WeightFormats = WeightFormats()
 
-    def unique_kernels(self) -> list[Any]:
-        seen: dict[str, Any] = {}
+    def unique_kernels(self) -> list[KernelSpec]:
+        seen: dict[str, KernelSpec] = {}
         for spec in self.kernels.values():
             seen.setdefault(spec.name(), spec)
         return list(seen.values())
@@ -189,7 +190,7 @@ def weight_bytes(w: WeightSpec, formats: WeightFormats) -> int:
     fmt = weight_format(w, formats)
     if fmt == "f32":
         return 4 * _numel(w.shape)
-    from ninfer.quant import part_layout
+    from ninfer.quantize.weight_formats import part_layout
 
     n_out, k = w.shape
     return sum(np.dtype(dt).itemsize * _numel(sh) for _, dt, sh in part_layout(fmt, n_out, k))
@@ -239,9 +240,9 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     memory = MemoryPlan(weights_bytes, blocks * block_bytes, activation_bytes,
                         workspace_bytes=workspace_bytes, budget_bytes=target.memory_bytes)
 
-    # int4 keys are stored Hadamard-rotated (ninfer.kv_formats)
+    # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats)
     rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0
-    kernels: dict[str, Any] = {
+    kernels: dict[str, KernelSpec] = {
         "embed": EmbeddingSpec(v, h),
         "norm": RMSNormSpec(h, cfg.rms_norm_eps),
         "head_norm": RMSNormSpec(d, cfg.rms_norm_eps),

@@ -9,11 +9,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, as a package
+    import tomli as tomllib
 
 from ninfer.paths import TARGETS_DIR
 

@@ -15,21 +15,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")  # exercise the parallel loops
 
-# Import ninfer from the source tree (the dev venv does not install the package).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "compiler"))
-
 import numpy as np
 import pytest
 import tvm
 
-from ninfer import kv_formats
 from ninfer.kernels import (
     AddSpec,
     AttentionSpec,
@@ -44,6 +39,7 @@ from ninfer.kernels import (
     build_cpu_object,
     reference,
 )
+from ninfer.quantize import kv_formats
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Weight formats (ninfer.quant) and their CPU matmul kernels.
+"""Weight formats (ninfer.quantize.weight_formats) and their CPU matmul kernels.
 
 Kernels are compared with the float64 reference (`ninfer.kernels.reference`: weights
 dequantized with quant.dequantize, and for q8/q4 the activations rounded as the kernels
@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")  # exercise the parallel loops
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "compiler"))
 
 import numpy as np
 import pytest
 import tvm
 
-from ninfer import quant
 from ninfer.kernels import MatmulSpec, build_cpu_module, build_cpu_object, reference
+from ninfer.quantize import weight_formats as quant
 
 pytestmark = pytest.mark.unit
 

@@ -29,18 +29,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ninfer import kv_formats, quant
 from ninfer.kernels import AttentionSpec, KernelSpec, KvStoreSpec, MatmulSpec, reference
-from ninfer.kernels.cuda import CudaLaunch, build_cuda_source, evaluate
-from ninfer.kernels.cuda_attention import (
+from ninfer.kernels.cuda.attention import (
     MAX_LOADED_FLOATS,
     MAX_UNROLL,
     attention_layout,
     attention_splits,
     splits_expr,
 )
-from ninfer.kernels.cuda_schedules import cuda_params, pow2_floor
+from ninfer.kernels.cuda.lower import CudaLaunch, build_cuda_source
+from ninfer.kernels.cuda.schedules import cuda_params, pow2_floor
 from ninfer.paths import DEFAULT_BUILD_DIR
+from ninfer.quantize import kv_formats
+from ninfer.quantize import weight_formats as quant
 from ninfer.targets import Target, load_target
 
 pytestmark = pytest.mark.unit
@@ -141,7 +142,7 @@ def run(target_name: str, spec: KernelSpec, arrays: list[np.ndarray], n: int) ->
         for alloc in launch.host_allocs:
             if alloc.name not in scratch:
                 assert alloc.dtype == "float32"
-                scratch[alloc.name] = np.full(evaluate(alloc.elements, {"n": n}), np.nan,
+                scratch[alloc.name] = np.full(alloc.elements.evaluate({"n": n}), np.nan,
                                               np.float32)
         values: list[int] = []
         for p in launch.params:
@@ -154,12 +155,13 @@ def run(target_name: str, spec: KernelSpec, arrays: list[np.ndarray], n: int) ->
                 values.append(n)
             else:
                 assert p.kind == "expr"
-                values.append(evaluate(p.value, {"n": n}))
-        assert launch.block[1:] == (1, 1) and launch.grid[2] == "1"
+                assert p.expr is not None
+                values.append(p.expr.evaluate({"n": n}))
+        assert launch.block[1:] == (1, 1) and launch.grid[2].c() == "1"
         fn = getattr(lib, f"emu_{launch.kernel_symbol}")
         fn.argtypes = [_CTYPES[p.ctype] for p in launch.params] + [ctypes.c_uint] * 3
         fn.restype = None
-        fn(*values, evaluate(launch.grid[0], {"n": n}), evaluate(launch.grid[1], {"n": n}),
+        fn(*values, launch.grid[0].evaluate({"n": n}), launch.grid[1].evaluate({"n": n}),
            launch.block[0])
     return len(launches[spec.name()])
 
@@ -250,7 +252,7 @@ def test_split_attention_decode_rows(target_name: str, spec: AttentionSpec) -> N
     most = attention_splits(spec, params)
     for rows in ([longest], [first, longest], [first, longest, middle]):
         n = len(rows)
-        splits = evaluate(splits_expr(spec, params), {"n": n})
+        splits = splits_expr(spec, params).evaluate({"n": n})
         assert splits == -(-most // n) and (n > 1 or splits > 1)
         inputs = [np.ascontiguousarray(q[rows]), k_pool, v_pool, pos[rows], seq[rows], tables]
         out = np.full((n, spec.heads, spec.head_dim), np.nan, np.float32)
@@ -269,8 +271,8 @@ def test_split_count_follows_the_target() -> None:
     for name, sms in (("h200", 132), ("rtx4080s", 80), ("rtx4090", 128)):
         params = cuda_params(load_target(name))
         assert attention_splits(spec, params) == -(-4 * sms // 16)
-        assert evaluate(splits_expr(spec, params), {"n": 1}) == -(-4 * sms // 16)
-        assert evaluate(splits_expr(spec, params), {"n": 4 * sms // 16}) == 1
+        assert splits_expr(spec, params).evaluate({"n": 1}) == -(-4 * sms // 16)
+        assert splits_expr(spec, params).evaluate({"n": 4 * sms // 16}) == 1
     short = AttentionSpec(heads=16, kv_heads=8, head_dim=128, max_ctx=64, block_size=16,
                           max_seqs=8, kv_blocks=33)
     assert attention_splits(short, cuda_params(load_target("h200"))) == 1

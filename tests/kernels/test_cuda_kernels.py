@@ -7,7 +7,8 @@ block, static + dynamic shared memory (ptxas --resource-usage plus the launch's 
 size), registers of one block, grid dimensions; the hand-written kernels (paged attention,
 KV store) must not spill.
 
-Compiled cubins are cached under build/.cuda-cache by sha256 of (arch, flags, source), so
+Compiled cubins are cached under build/.cuda-cache by sha256 of (nvcc version, arch, flags,
+source), so
 targets whose generated kernels are equal (h100/h200 and rtx4090/rtx4090d for these
 shapes) share one compile, and a second session recompiles nothing.
 
@@ -42,16 +43,16 @@ from ninfer.kernels import (
     RopeSpec,
     SiluMulSpec,
 )
-from ninfer.kernels.cuda import (
+from ninfer.kernels.cuda.attention import attention_splits
+from ninfer.kernels.cuda.lower import (
     CudaModule,
     HostAlloc,
     build_cuda_source,
     cuda_target,
-    evaluate,
     lower_to_cuda,
 )
-from ninfer.kernels.cuda_attention import attention_splits
-from ninfer.kernels.cuda_schedules import cuda_params, gemv_rows
+from ninfer.kernels.cuda.schedules import cuda_params, gemv_rows
+from ninfer.kernels.launch import Expr, N, Var, ceil_div
 from ninfer.kernels.te_defs import te_primfunc
 from ninfer.paths import DEFAULT_BUILD_DIR
 from ninfer.targets import available_targets, load_target
@@ -128,11 +129,19 @@ class Resources:
     spill_bytes: int = 0
 
 
+@functools.cache
+def nvcc_version() -> str:
+    """`nvcc --version`'s build line: another nvcc may allocate registers differently."""
+    r = subprocess.run([NVCC, "--version"], capture_output=True, text=True, check=True)
+    return r.stdout.strip().splitlines()[-1]
+
+
 def nvcc_compile(source: str, arch: str) -> dict[str, Resources]:
     """Compile one translation unit (cached); per-kernel registers and static smem."""
     if not Path(NVCC).exists():
         pytest.skip(f"nvcc not found (looked for {NVCC}); set NVCC to run cuda_build tests")
-    key = hashlib.sha256("\0".join((arch, *NVCC_FLAGS, source)).encode()).hexdigest()
+    key = hashlib.sha256("\0".join((nvcc_version(), arch, *NVCC_FLAGS, source)).encode()
+                         ).hexdigest()
     cubin, log = CACHE / f"{key}.cubin", CACHE / f"{key}.log"
     if not (cubin.exists() and log.exists()):
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -203,13 +212,18 @@ def test_kernels_compile_and_fit(model: str, target_name: str) -> None:
         threads = math.prod(launch.block)
         assert threads <= target.max_threads_per_block, name
         used = resources[name]
-        assert used.registers * threads <= target.registers_per_sm, name
+        # One block must fit an SM's registers, which are allocated per warp in units of
+        # register_alloc_unit (ptxas reports registers per thread).
+        warps = -(-threads // 32)
+        unit = target.register_alloc_unit
+        per_warp = -(-used.registers * 32 // unit) * unit
+        assert warps * per_warp <= target.registers_per_sm, (name, used.registers, threads)
         if launch.spec_name.startswith(("attention_", "kv_store_")):
             assert used.spill_bytes == 0, f"{name} spills {used.spill_bytes} B on {target.arch}"
         for sizes in _size_corners(shape.max_ctx):
-            smem = used.static_smem + evaluate(launch.dynamic_smem, sizes)
+            smem = used.static_smem + launch.dynamic_smem.evaluate(sizes)
             assert smem <= target.shared_memory_per_block_optin, f"{name} at {sizes}: {smem} B"
-            grid = [evaluate(g, sizes) for g in launch.grid]
+            grid = [g.evaluate(sizes) for g in launch.grid]
             assert all(1 <= g <= limit for g, limit in zip(grid, GRID_LIMITS)), (name, grid)
 
 
@@ -229,12 +243,12 @@ def test_schedule_parameters_follow_the_profile() -> None:
 
 
 def test_generated_kernels_differ_where_the_parameters_do() -> None:
-    def o_proj(target: str) -> tuple[tuple[str, str, str], tuple[int, int, int]]:
+    def o_proj(target: str) -> tuple[tuple[str, ...], tuple[int, int, int]]:
         symbol = MatmulSpec(2048, 1024).name() + "_kernel"
         (launch,) = [
             x for x in cuda_module("qwen3-0.6b", target).launches if x.kernel_symbol == symbol
         ]
-        return launch.grid, launch.block
+        return tuple(g.c() for g in launch.grid), launch.block
 
     assert o_proj("rtx4080s") == (("512", "n", "1"), (32, 2, 1))
     assert o_proj("rtx5090") == (("1024", "n", "1"), (32, 1, 1))
@@ -254,22 +268,35 @@ def test_multi_kernel_spec_with_scratch_is_described() -> None:
         f"{spec.name()}_kernel",
         f"{spec.name()}_kernel_1",
     )
-    assert first.host_allocs == [HostAlloc("sumsq", "float32", "n")]
+    assert first.host_allocs == [HostAlloc("sumsq", "float32", Var("n"))]
     assert second.host_allocs == first.host_allocs
     kinds = {p.name: p.kind for p in second.params}
     assert kinds["sumsq"] == "scratch" and kinds["x"] == kinds["out"] == "tensor"
     (computed,) = [p for p in second.params if p.kind == "expr"]
-    assert evaluate(computed.value, {"n": 3}) == 3 * 128
-    assert evaluate(first.grid[0], {"n": 2048}) == 2
+    assert computed.expr is not None and computed.expr.evaluate({"n": 3}) == 3 * 128
+    assert first.grid[0].evaluate({"n": 2048}) == 2
     assert first.block == (1024, 1, 1)
 
 
-def test_evaluate_launch_expressions() -> None:
-    assert evaluate("((pos0 + n) * 4)", {"pos0": 3, "n": 2}) == 20
-    assert evaluate("((n + 31) / 32)", {"n": 33}) == 2
-    assert evaluate("(n % 8)", {"n": 33}) == 1
+def test_launch_expressions_evaluate_and_print_c() -> None:
+    pos0 = Var("pos0")
+    cases: list[tuple[Expr, dict[str, int], int, str]] = [
+        ((pos0 + N) * 4, {"pos0": 3, "n": 2}, 20, "((pos0 + n) * 4)"),
+        ((N + 31) // 32, {"n": 33}, 2, "((n + 31) / 32)"),
+        (N % 8, {"n": 33}, 1, "(n % 8)"),
+        (ceil_div(N * 8, 256), {"n": 33}, 2, "(((n * 8) + 255) / 256)"),
+        (ceil_div(64, N * 2), {"n": 3}, 11, "((64 + n * 2 - 1) / (n * 2))"),
+        (8 * ceil_div(N, 64), {"n": 65}, 16, "(8 * ((n + 63) / 64))"),
+    ]
+    for expr, sizes, value, text in cases:
+        assert (expr.evaluate(sizes), expr.c()) == (value, text)
+        # the printed C computes the same value (C's / and % on non-negative ints)
+        python = text.replace("/", "//")
+        assert eval(python, {"__builtins__": {}}, sizes) == value, text
     with pytest.raises(KeyError, match="pos0"):
-        evaluate("(pos0 + 1)", {"n": 1})
+        (pos0 + 1).evaluate({"n": 1})
+    with pytest.raises(ValueError, match="non-negative"):
+        ((N - 5) // 2).evaluate({"n": 1})
 
 
 @pytest.mark.parametrize("target_name", GPU_TARGETS)
@@ -294,7 +321,7 @@ def test_hand_written_launches_follow_n(target_name: str) -> None:
             for la in launches[spec.name()]:
                 assert re.search(rf'extern "C" __global__ void __launch_bounds__\([^)]*\)\s*'
                                  rf"{la.kernel_symbol}\(", module.source), la.kernel_symbol
-                assert la.dynamic_smem == "0" and la.grid[2] == "1"
+                assert la.dynamic_smem.c() == "0" and la.grid[2].c() == "1"
             signature = [a.name for a in spec.signature()]
             names = [p.name for p in launch.params]
             splits = attention_splits(spec, params) if isinstance(spec, AttentionSpec) else 1
@@ -302,17 +329,17 @@ def test_hand_written_launches_follow_n(target_name: str) -> None:
                 assert rest == [] and launch.host_allocs == []
                 assert names == [*signature, "n"]
                 assert [p.kind for p in launch.params] == ["tensor"] * (len(names) - 1) + ["size"]
-                assert launch.grid[1] == "1"
+                assert launch.grid[1].c() == "1"
             if isinstance(spec, AttentionSpec):
                 assert launch.block == (params.attention_threads, 1, 1)
                 for n in (1, 2, 7, shape.max_ctx):
-                    assert evaluate(launch.grid[0], {"n": n}) == n * spec.heads
-                    assert evaluate(launch.grid[1], {"n": n}) == -(-splits // n)
+                    assert launch.grid[0].evaluate({"n": n}) == n * spec.heads
+                    assert launch.grid[1].evaluate({"n": n}) == -(-splits // n)
             else:
                 threads = launch.block[0]
                 assert threads == params.elementwise_threads
                 for n in (1, 2, 7, shape.max_ctx):
-                    blocks = evaluate(launch.grid[0], {"n": n})
+                    blocks = launch.grid[0].evaluate({"n": n})
                     assert (blocks - 1) * threads < n * spec.width // 4 <= blocks * threads
             if splits == 1:
                 continue
@@ -321,14 +348,14 @@ def test_hand_written_launches_follow_n(target_name: str) -> None:
             assert names == [x for x in signature if x != "out"] + [
                 f"{spec.name()}_part_acc", f"{spec.name()}_part_ml", "splits", "n"]
             assert [p.name for p in merge.params] == [*names[-4:-2], "out", "splits", "n"]
-            assert merge.block == (spec.head_dim, 1, 1) and merge.grid[1] == "1"
+            assert merge.block == (spec.head_dim, 1, 1) and merge.grid[1].c() == "1"
             sizes = {a.name: a.elements for a in launch.host_allocs}
             assert [a.elements for a in merge.host_allocs] == list(sizes.values())
             for n in (1, 2, 7, shape.max_ctx):
-                blocks = evaluate(launch.grid[0], {"n": n}) * evaluate(launch.grid[1], {"n": n})
-                assert evaluate(sizes[f"{spec.name()}_part_acc"], {"n": n}) == \
+                blocks = launch.grid[0].evaluate({"n": n}) * launch.grid[1].evaluate({"n": n})
+                assert sizes[f"{spec.name()}_part_acc"].evaluate({"n": n}) == \
                     blocks * spec.head_dim
-                assert evaluate(sizes[f"{spec.name()}_part_ml"], {"n": n}) == blocks * 2
+                assert sizes[f"{spec.name()}_part_ml"].evaluate({"n": n}) == blocks * 2
 
 
 def test_unsupported_head_dim_is_refused_with_numbers() -> None:

@@ -25,10 +25,10 @@ import tvm
 from test_cpu_kernels import CASES, TOL, Case, make_inputs, run_kernel
 from tvm import tirx
 
-from ninfer import quant
 from ninfer.kernels import KernelSpec, MatmulSpec, reference
 from ninfer.kernels.cuda import cuda_primfunc, serial_equivalent
 from ninfer.kernels.te_defs import TE_FAMILIES, te_primfunc
+from ninfer.quantize import weight_formats as quant
 from ninfer.targets import load_target
 
 pytestmark = pytest.mark.unit

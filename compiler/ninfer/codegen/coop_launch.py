@@ -1,16 +1,19 @@
-"""Template views of the cooperative split-K projection stubs (CUDA, opt-in).
+"""Template views of the cooperative split-K projection stubs (CUDA).
 
-With `--prefill-projections coop`, every bias-free linear layer of a CUDA model runs
-its prefill rows through the cooperative family (kernels/coop.py): one stub per
-(k, n_out) dispatches a token count to the route the verifier derived for the target,
-and re-checks the grid against that route's resident budget before launching.
+With `--prefill-projections coop` (the default on CUDA), every bias-free linear layer of a
+CUDA model runs its prefill rows through the cooperative family (kernels/cuda/coop.py):
+one stub per (k, n_out) dispatches a token count to the route the verifier derived for the
+target (occupancy/coop.py), and re-checks the grid against that route's resident budget
+before launching.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+
+from ninfer.kernels.cuda.coop import CoopProjectionSpec
+from ninfer.occupancy.coop import CoopRouter
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,7 @@ class CoopRouteView:
     max_tokens: int
     kernel: str
     bounds: str  # name of the LaunchBounds constant
-    grid: str  # C expression over n
+    grid: str  # C over n, as the argument of a call
     threads: int
     budget: int
     cooperative: bool
@@ -38,37 +41,30 @@ class CoopStubView:
         return f"void {self.name}(const float* x, const float* w, float* out, int64_t n)"
 
 
-def coop_stubs(plan: Any, target: Any, cache_dir: Path) -> tuple[dict[str, CoopStubView],
-                                                                  list[Any], list[Any]]:
-    """role -> stub for every bias-free projection; plus the variant specs to compile and
-    the routers' verification reports (for compile_report.json)."""
-    from ninfer.kernels.coop import derive_coop_routes
+def _stub(router: CoopRouter, max_tokens: int) -> CoopStubView:
+    views = []
+    for i, r in enumerate(router.routes):
+        v = r.variant
+        check = router.check(r)
+        views.append(CoopRouteView(
+            r.min_tokens, r.max_tokens, v.name(), f"kBounds_{v.name()}_r{i}",
+            v.grid_expr().bare(), v.threads,
+            (check.resident_budget or 0) if v.cooperative else 0, v.cooperative))
+    first = router.routes[0].variant
+    workspace = max(r.variant.workspace_floats(max_tokens) for r in router.routes)
+    return CoopStubView(f"coop_proj_k{first.k}_n{first.n_out}", first.k, first.n_out,
+                        max(workspace, 1), tuple(views))
 
-    chunk = plan.limits.max_prefill_chunk
-    by_shape: dict[tuple[int, int], CoopStubView] = {}
-    roles: dict[str, CoopStubView] = {}
-    variants: list[Any] = []
-    reports: list[Any] = []
-    for role in ("q", "k", "v", "o", "gate_up", "down"):
-        spec = plan.kernels[f"{role}_gemm"]
-        if spec.bias or spec.wdtype != "float32":
-            continue  # the family has no bias epilogue and reads f32 weights: the TVM GEMM
-        key = (spec.k, spec.n_out)
-        if key not in by_shape:
-            router = derive_coop_routes(target, spec.k, spec.n_out, chunk, cache_dir)
-            reports.append(router.report)
-            checks = {(c.launch.kernel, c.sizes): c for c in router.report.checks}
-            views = []
-            for i, r in enumerate(router.routes):
-                v = r.variant
-                check = checks[(v.name(), (r.min_tokens, r.max_tokens))]
-                views.append(CoopRouteView(
-                    r.min_tokens, r.max_tokens, v.name(), f"kBounds_{v.name()}_r{i}",
-                    v.grid_expr().c_expr("n"), v.threads,
-                    (check.resident_budget or 0) if v.cooperative else 0, v.cooperative))
-                variants.append(v)
-            workspace = max(r.variant.workspace_floats(chunk) for r in router.routes)
-            by_shape[key] = CoopStubView(f"coop_proj_k{spec.k}_n{spec.n_out}", spec.k,
-                                         spec.n_out, max(workspace, 1), tuple(views))
-        roles[role] = by_shape[key]
-    return roles, list(dict.fromkeys(variants)), reports
+
+def coop_stubs(routers: Mapping[str, CoopRouter], max_tokens: int
+               ) -> tuple[dict[str, CoopStubView], list[CoopProjectionSpec]]:
+    """role -> stub for every routed projection (roles of one shape share a stub), and
+    the variants the routes use, each once (to render their device code)."""
+    stubs: dict[int, CoopStubView] = {}
+    roles = {}
+    for role, router in routers.items():
+        if id(router) not in stubs:
+            stubs[id(router)] = _stub(router, max_tokens)
+        roles[role] = stubs[id(router)]
+    variants = [r.variant for router in routers.values() for r in router.routes]
+    return roles, list(dict.fromkeys(variants))

@@ -6,12 +6,12 @@ import re
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import jinja2
 import pybind11
 import tvm_ffi
 
+from ninfer.codegen.backend import Backend
 from ninfer.codegen.stubs import kv_parts, make_stub, weight_parts
 from ninfer.frontend.graph import ModelGraph
 from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
@@ -81,13 +81,16 @@ def runtime_sources(kind: str) -> list[str]:
 
 
 def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
-                backend: dict[str, Any], src_dir: Path, out_dir: Path,
+                backend: Backend, src_dir: Path, out_dir: Path,
                 python_module: bool = True) -> GeneratedTree:
     """Write the generated sources into `src_dir`; return what was written.
 
-    `backend` holds the backend's own template values: `kernel_object` (cpu), or
-    `device_source`, `launches`, `scratch` and `nvcc` (cuda).
+    `backend` holds the backend's own template values (codegen.backend), of the target's
+    kind.
     """
+    if backend.kind != target.kind:
+        raise ValueError(f"a {backend.kind} backend cannot render target {target.name} "
+                         f"({target.kind})")
     env = _environment()
     src_dir.mkdir(parents=True, exist_ok=True)
     kernels = {role: spec.name() for role, spec in plan.kernels.items()}
@@ -112,7 +115,7 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "tvm_includes": tvm_include_dirs(),
         "coop": {},
         "coop_source": "",
-        **backend,
+        **backend.template_values(),
         "out_dir": str(out_dir),
         "python_module": python_module,
         "pybind11_cmake_dir": pybind11.get_cmake_dir(),

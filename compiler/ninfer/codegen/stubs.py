@@ -9,9 +9,9 @@ and launches the device kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from ninfer.artifact import ARTIFACT_DTYPES
+from ninfer.artifact_format import ARTIFACT_DTYPES
+from ninfer.kernels.spec import AttentionSpec, KernelSpec, MatmulSpec
 
 # 16-bit floats travel as their bit patterns (uint16_t); kernels read them by DLDataType.
 _CTYPES = {"float32": "float", "int32": "int32_t", "int64": "int64_t", "float16": "uint16_t",
@@ -69,9 +69,11 @@ class WeightPart:
     shape: tuple[int, ...]
 
 
-def weight_parts(role: str, spec: Any) -> list[WeightPart]:
+def weight_parts(role: str, spec: KernelSpec) -> list[WeightPart]:
     """The stored parts of a matmul spec's weight, in kernel-argument order: every
     argument between `x` and `bias`/`out`."""
+    if not isinstance(spec, MatmulSpec):
+        raise TypeError(f"{role}: {spec.name()} is not a matmul")
     args = [a for a in spec.signature() if a.name not in ("x", "bias", "out")]
     single = len(args) == 1
     parts = []
@@ -86,15 +88,17 @@ def weight_parts(role: str, spec: Any) -> list[WeightPart]:
 
 @dataclass(frozen=True)
 class KvPart:
-    """One array of a KV pool (ninfer.kv_formats): the values, or their scales."""
+    """One array of a KV pool (ninfer.quantize.kv_formats): the values, or their scales."""
 
     suffix: str  # member k_pool<suffix>_ / v_pool<suffix>_, kernel argument k_pool<suffix>
     ctype: str
     row_bytes: int  # bytes per pool row (one token of one layer)
 
 
-def kv_parts(attention: Any) -> list[KvPart]:
+def kv_parts(attention: KernelSpec) -> list[KvPart]:
     """The arrays of each KV pool of an attention spec, in kernel-argument order."""
+    if not isinstance(attention, AttentionSpec):
+        raise TypeError(f"{attention.name()} is not an attention kernel")
     parts = []
     for a in attention.pool_args("k_pool"):
         row_elems = 1
@@ -108,7 +112,7 @@ def kv_parts(attention: Any) -> list[KvPart]:
 _ITEMSIZE = {"float32": 4, "float16": 2, "uint16": 2, "int8": 1, "uint8": 1}
 
 
-def make_stub(spec: Any) -> KernelStub:
+def make_stub(spec: KernelSpec) -> KernelStub:
     params = []
     rows = False
     for arg in spec.signature():

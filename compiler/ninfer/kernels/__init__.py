@@ -1,4 +1,6 @@
-"""Kernel library: typed specs, CPU kernels compiled with TVM, and a float64 reference."""
+"""Kernels: typed specs (what plan picks), their TE math and float64 reference, typed
+launch shapes, and the two backends: `cpu/` (TIR -> one LLVM object) and `cuda/` (TVM
+schedules and hand-written families -> one CUDA source)."""
 
 from typing import Any
 

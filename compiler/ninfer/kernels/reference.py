@@ -10,7 +10,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import kv_formats, quant
+from ninfer.quantize import kv_formats
+from ninfer.quantize import weight_formats as quant
+
 from .spec import (
     AddSpec,
     AttentionSpec,

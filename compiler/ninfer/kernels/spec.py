@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from ..kv_formats import KV_DTYPES, check_head_dim, pool_parts, rotation_block
-from ..quant import WEIGHT_FORMATS, check_k, part_layout
+from ninfer.quantize.kv_formats import KV_DTYPES, check_head_dim, pool_parts, rotation_block
+from ninfer.quantize.weight_formats import WEIGHT_FORMATS, check_k, part_layout
 
 Dim = int | str
 ArgKind = Literal["tensor", "scalar"]
 
-# Weight formats a matmul spec may name (layouts: ninfer.quant). The code is the name's
+# Weight formats a matmul spec may name (layouts: quantize.weight_formats). The code is the name's
 # suffix; it must stay a C identifier fragment and unique per format.
 WEIGHT_DTYPES = WEIGHT_FORMATS
 _DTYPE_CODES = {
@@ -127,7 +127,7 @@ class MatmulSpec:
 
     `schedule` picks the loop structure: "gemv" for a handful of rows (decode),
     "gemm" for prefill chunks. Both are correct for any n >= 1, and give a row bitwise
-    the same result. `wdtype` is the weight format (ninfer.quant): float32, f16, bf16, or
+    the same result. `wdtype` is the weight format (quantize.weight_formats): float32, f16, bf16, or
     group-quantized q8g32 / q4g64 / q4g128 (k a multiple of the group; the kernels then
     also round x to int8 per group, see quant.quantize_activations).
     """
@@ -152,7 +152,7 @@ class MatmulSpec:
         return f"matmul_k{self.k}_n{self.n_out}_{code}{bias}_{self.schedule}"
 
     def signature(self) -> list[Arg]:
-        # The weight's parts in ninfer.quant.part_layout order: "w" for float formats,
+        # The weight's parts in quantize.weight_formats.part_layout order: "w" for float formats,
         # "w_q", "w_scales" for group-quantized ones.
         args = [_tensor("x", "float32", "n", self.k)]
         for part, dtype, shape in part_layout(self.wdtype, self.n_out, self.k):
@@ -249,7 +249,7 @@ class AttentionSpec:
     sequence's rows are contiguous with consecutive positions (a prefill chunk).
     Positions are clamped to [0, max_ctx) and block ids to [0, kv_blocks).
 
-    The pools are stored in `kv_dtype` (ninfer.kv_formats: its parts, e.g. int8 values and
+    The pools are stored in `kv_dtype` (ninfer.quantize.kv_formats: its parts, e.g. int8 values and
     float16 scales, follow each pool in the signature). With `rotate` = P > 0 the keys are
     stored Hadamard-rotated in blocks of P and the kernel rotates the queries likewise.
     """
@@ -312,7 +312,7 @@ class KvStoreSpec:
     """pool[rows[i], :] = x[i, :]: stores the n new keys (or values) into pool rows.
 
     Rows outside [0, pool_rows) are skipped. `out` is the pool, updated in place. A pool
-    in another `kv_dtype` than f32 is [pool_rows, kv_heads, ...] (ninfer.kv_formats, with
+    in another `kv_dtype` than f32 is [pool_rows, kv_heads, ...] (ninfer.quantize.kv_formats, with
     head_dim given) and quantized formats also write `out_scales`; `rotate` = P > 0
     Hadamard-rotates each head vector in blocks of P before storing it (int4 keys).
     """

@@ -11,7 +11,7 @@ CUDA kernels on machines without a GPU.
 Intermediate tensors are named so that schedules can find their blocks by name.
 Index clamping (embedding ids, rope positions) matches reference.py. Paged attention and
 KV-cache stores have no TE definition: their CUDA kernels are hand-written
-(cuda_attention.py); `TE_FAMILIES` names the families defined here.
+(kernels/cuda/attention.py); `TE_FAMILIES` names the families defined here.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def rmsnorm(spec: RMSNormSpec) -> tirx.PrimFunc:
     return te.create_prim_func([x, w, out])
 
 
-# Float weight formats the TE matmul reads (ninfer.quant layouts): storage dtype of w.
+# Float weight formats the TE matmul reads (quantize.weight_formats layouts): storage dtype of w.
 _W_STORAGE = {"float32": F32, "f16": "float16", "bf16": "uint16"}
 
 
@@ -94,7 +94,8 @@ def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
     if spec.wdtype not in _W_STORAGE:
         raise NotImplementedError(
             f"{spec.name()}: weight format {spec.wdtype} has hand-written kernels "
-            f"(cpu_qmatmul, cuda_qmatmul); the TE matmul reads {', '.join(_W_STORAGE)} weights"
+            f"(cpu/qmatmul.py, cuda/qmatmul.py); the TE matmul reads "
+            f"{', '.join(_W_STORAGE)} weights"
         )
     n, K, N = _tokens(), i64(spec.k), i64(spec.n_out)
     x = te.placeholder((n, K), F32, "x")

@@ -2,7 +2,9 @@
 
 `resources` compiles CUDA and parses what ptxas reports per kernel; `calc` applies the
 CUDA occupancy rules with the target profile's numbers; `verifier` proves that every
-launch the runtime can make fits, for every size it can request; `explain` prints it.
+launch fits, for every size it can request; `coop` routes the cooperative projection
+family per token count; `model_launches` runs all of it over a compiled model;
+`explain` prints it.
 """
 
 from .calc import Occupancy, OccupancyError, occupancy, resident_budget
@@ -10,11 +12,12 @@ from .resources import (
     CompiledCuda,
     CudaCompileError,
     KernelResources,
+    ResourceSource,
     compile_cuda,
+    nvcc_resources,
     parse_resource_usage,
 )
 from .verifier import (
-    Grid,
     LaunchCheck,
     LaunchSpec,
     LaunchVerificationError,
@@ -29,18 +32,19 @@ from .verifier import (
 __all__ = [
     "CompiledCuda",
     "CudaCompileError",
-    "Grid",
     "KernelResources",
     "LaunchCheck",
     "LaunchSpec",
     "LaunchVerificationError",
     "Occupancy",
     "OccupancyError",
+    "ResourceSource",
     "RuntimeLimits",
     "VerificationReport",
     "Violation",
     "compile_cuda",
     "format_table",
+    "nvcc_resources",
     "occupancy",
     "parse_resource_usage",
     "resident_budget",

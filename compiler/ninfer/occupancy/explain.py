@@ -38,7 +38,8 @@ def explain(args: ExplainArgs) -> None:
     """Derive, verify and print the coop projection routes for each target."""
     from rich.console import Console
 
-    from ninfer.kernels.coop import derive_coop_routes
+    from ninfer.occupancy.coop import derive_coop_routes
+    from ninfer.occupancy.resources import nvcc_resources
     from ninfer.occupancy.verifier import VerificationReport, format_table, rich_table
 
     console = Console()
@@ -47,7 +48,7 @@ def explain(args: ExplainArgs) -> None:
     for name in args.targets:
         target = load_target(name)
         router = derive_coop_routes(target, args.k, args.n_out, args.max_tokens,
-                                    args.cache_dir)
+                                    nvcc_resources(args.cache_dir))
         alone = VerificationReport(target, router.variant_checks)
         lines = [f"coop projection k={args.k} n_out={args.n_out}, prefill chunk "
                  f"{args.max_tokens}: routes on {target.name}"]

@@ -4,30 +4,65 @@ The step program calls each kernel stub with a row count between 1 and a per-rol
 maximum (the step's row budget, i.e. the prefill chunk, for most roles; chunk x heads for
 per-head norms; the sequences per step for the logits rows); every device kernel behind a
 stub is verified over that whole range, using its real registers and shared memory from
-nvcc.
+nvcc. With cooperative prefill projections, each projection shape gets its routes
+(occupancy.coop), verified the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from ninfer.occupancy.resources import CompiledCuda, compile_cuda
-from ninfer.occupancy.verifier import LaunchSpec, RuntimeLimits, VerificationReport, verify
+from ninfer.kernels.cuda.coop import coop_projections
+from ninfer.kernels.cuda.module import CudaModule
+from ninfer.occupancy.coop import CoopRouter, route_projections
+from ninfer.occupancy.resources import KernelResources, ResourceSource
+from ninfer.occupancy.verifier import (
+    LaunchSpec,
+    LaunchVerificationError,
+    RuntimeLimits,
+    VerificationReport,
+    Violation,
+    verify,
+)
+from ninfer.plan import Plan
 from ninfer.targets import Target
 
 
 @dataclass(frozen=True)
 class VerifiedModule:
-    module: Any  # ninfer.kernels.cuda.CudaModule
-    compiled: CompiledCuda
+    module: CudaModule
+    resources: Mapping[str, KernelResources]  # per kernel symbol, as nvcc reported
     report: VerificationReport
     max_rows: dict[str, int]  # spec name -> largest row count the step program passes
 
 
-def max_rows_per_spec(plan: Any, num_heads: int) -> dict[str, int]:
+@dataclass(frozen=True)
+class VerifiedCuda:
+    """The occupancy stage's output for a CUDA model: the verified kernel launches, and the
+    cooperative projection routers by role (roles of one shape share a router). A failed
+    proof is kept here, not raised, so that it can be written out first."""
+
+    kernels: VerifiedModule
+    coop: dict[str, CoopRouter] = field(default_factory=dict)
+    coop_violations: tuple[Violation, ...] = ()
+
+    @property
+    def reports(self) -> list[VerificationReport]:
+        """The model's launches, then each distinct router's routes."""
+        routers = list({id(r): r for r in self.coop.values()}.values())
+        return [self.kernels.report, *(r.report for r in routers)]
+
+    @property
+    def violations(self) -> tuple[Violation, ...]:
+        return (*self.kernels.report.violations, *self.coop_violations)
+
+    def raise_if_failed(self) -> None:
+        if self.violations:
+            raise LaunchVerificationError(self.violations)
+
+
+def max_rows_per_spec(plan: Plan, num_heads: int) -> dict[str, int]:
     """The largest `n` the step program passes to each kernel instance."""
     chunk, seqs = plan.limits.max_prefill_chunk, plan.limits.max_concurrency
     rows: dict[str, int] = {}
@@ -46,41 +81,34 @@ def max_rows_per_spec(plan: Any, num_heads: int) -> dict[str, int]:
     return rows
 
 
-def _size_fn(expr: str, max_context: int, evaluate: Callable[[str, dict[str, int]], int]
-             ) -> Callable[[int], int]:
+def model_launch_specs(module: CudaModule, max_rows: Mapping[str, int]) -> list[LaunchSpec]:
     # Launch shapes depend on the row count only: per-request values (positions, block
     # tables) are read from device memory by the kernels.
-    return lambda n: evaluate(expr, {"n": n})
+    return [LaunchSpec(launch.shape(), sizes=(1, max_rows[launch.spec_name]))
+            for launch in module.launches]
 
 
-def model_launch_specs(module: Any, max_rows: dict[str, int], max_context: int
-                       ) -> list[LaunchSpec]:
-    from ninfer.kernels.cuda import evaluate
-
-    specs = []
-    for launch in module.launches:
-        grid_fns = [_size_fn(g, max_context, evaluate) for g in launch.grid]
-        threads = launch.block[0] * launch.block[1] * launch.block[2]
-
-        def grid(n: int, fns: list[Callable[[int], int]] = grid_fns) -> int:
-            total = 1
-            for f in fns:
-                total *= f(n)
-            return total
-
-        specs.append(LaunchSpec(
-            kernel=launch.kernel_symbol, threads=threads, grid=grid,
-            dynamic_smem=_size_fn(launch.dynamic_smem, max_context, evaluate),
-            sizes=(1, max_rows[launch.spec_name])))
-    return specs
-
-
-def verify_model_launches(module: Any, target: Target, plan: Any, num_heads: int,
-                          cache_dir: Path) -> VerifiedModule:
-    """nvcc the device code for the target's arch, then prove every launch fits."""
-    compiled = compile_cuda(module.source, target.arch, cache_dir)
+def verify_model_launches(module: CudaModule, target: Target, plan: Plan, num_heads: int,
+                          resources: ResourceSource) -> VerifiedModule:
+    """The device code's resource usage for the target's arch (nvcc), then the proof that
+    every launch fits."""
+    used = resources(module.source, target.arch)
     rows = max_rows_per_spec(plan, num_heads)
-    launches = model_launch_specs(module, rows, plan.limits.max_context)
-    report = verify(target, launches, compiled.resources,
+    report = verify(target, model_launch_specs(module, rows), used,
                     RuntimeLimits(max_prefill_chunk=max(rows.values())))
-    return VerifiedModule(module, compiled, report, rows)
+    return VerifiedModule(module, used, report, rows)
+
+
+def verify_cuda_model(module: CudaModule, target: Target, plan: Plan, num_heads: int,
+                      resources: ResourceSource, coop: bool) -> VerifiedCuda:
+    """The occupancy stage: prove the model's launches; with `coop`, route and prove the
+    prefill projections the cooperative family can serve (only once the rest fits)."""
+    kernels = verify_model_launches(module, target, plan, num_heads, resources)
+    if not coop or not kernels.report.ok:
+        return VerifiedCuda(kernels)
+    shapes = coop_projections(plan.kernels)
+    try:
+        routers = route_projections(target, shapes, plan.limits.max_prefill_chunk, resources)
+    except LaunchVerificationError as exc:
+        return VerifiedCuda(kernels, coop_violations=exc.violations)
+    return VerifiedCuda(kernels, {role: routers[shape] for role, shape in shapes.items()})

@@ -31,7 +31,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -149,6 +149,16 @@ def _with_plain_aliases(found: dict[str, KernelResources]) -> dict[str, KernelRe
         if len(matches) == 1 and plain not in out:
             out[plain] = matches[0]
     return out
+
+
+# (CUDA source, arch) -> the resource usage of every kernel in it. The compiler asks nvcc
+# (`nvcc_resources`); a test may answer from recorded numbers instead.
+ResourceSource = Callable[[str, str], Mapping[str, KernelResources]]
+
+
+def nvcc_resources(cache_dir: Path) -> ResourceSource:
+    """What nvcc reports for each source (`compile_cuda`, cached under `cache_dir`)."""
+    return lambda source, arch: compile_cuda(source, arch, cache_dir).resources
 
 
 def find_nvcc() -> Path:

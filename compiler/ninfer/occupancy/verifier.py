@@ -1,8 +1,9 @@
 """The launch verifier: prove that every launch the runtime can make fits the target.
 
-A `LaunchSpec` describes one launch site: a kernel, its block size, its grid and dynamic
-shared memory as functions of one runtime size (tokens of a prefill chunk, batch size, or
-verify rows = batch x (draft + 1)), whether it is cooperative, and the sizes it serves.
+A `LaunchSpec` describes one launch site: a kernel's launch shape (ninfer.kernels.launch:
+block size, grid and dynamic shared memory as typed expressions over the size `n`, whether
+it is cooperative), the runtime size `n` stands for (tokens of a prefill chunk, batch size,
+or verify rows = batch x (draft + 1)), and the sizes it serves.
 `verify` walks every size and checks, against the target profile and the kernel's real
 resource usage (from nvcc):
 
@@ -19,10 +20,11 @@ target; nothing is silently clamped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
+from ninfer.kernels.launch import LaunchShape
 from ninfer.occupancy.calc import Occupancy, OccupancyError, occupancy, resident_budget
 from ninfer.occupancy.resources import KernelResources
 from ninfer.targets import Target
@@ -30,7 +32,6 @@ from ninfer.targets import Target
 if TYPE_CHECKING:
     from rich.table import Table
 
-SizeFn = Callable[[int], int]
 Axis = Literal["tokens", "batch", "rows"]
 MAX_GRID_X = 2**31 - 1
 
@@ -41,23 +42,6 @@ class LaunchVerificationError(ValueError):
     def __init__(self, violations: Iterable[Violation]) -> None:
         self.violations = tuple(violations)
         super().__init__("\n".join(str(v) for v in self.violations))
-
-
-@dataclass(frozen=True)
-class Grid:
-    """A 1-D grid of `per_tile x ceil(size / tile)` CTAs (tile 0: `per_tile` CTAs, fixed)."""
-
-    per_tile: int
-    tile: int = 0
-
-    def __call__(self, size: int) -> int:
-        return self.per_tile * (-(-size // self.tile) if self.tile else 1)
-
-    def c_expr(self, var: str) -> str:
-        """The same formula as C, for baking into the generated runtime."""
-        if not self.tile:
-            return str(self.per_tile)
-        return f"{self.per_tile} * (({var} + {self.tile - 1}) / {self.tile})"
 
 
 @dataclass(frozen=True)
@@ -78,18 +62,30 @@ class RuntimeLimits:
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """One launch site. `sizes` (inclusive) narrows the axis range, e.g. for a route."""
+    """One launch site: `shape` at sizes n along `axis`; `sizes` (inclusive) narrows the
+    axis range, e.g. for a route."""
 
-    kernel: str
-    threads: int
-    grid: SizeFn
-    cooperative: bool = False
-    dynamic_smem: int | SizeFn = 0
+    shape: LaunchShape
     axis: Axis = "tokens"
     sizes: tuple[int, int] | None = None
 
+    @property
+    def kernel(self) -> str:
+        return self.shape.kernel
+
+    @property
+    def threads(self) -> int:
+        return self.shape.threads
+
+    @property
+    def cooperative(self) -> bool:
+        return self.shape.cooperative
+
+    def grid(self, size: int) -> int:
+        return self.shape.grid.evaluate({"n": size})
+
     def dynamic_smem_at(self, size: int) -> int:
-        return self.dynamic_smem(size) if callable(self.dynamic_smem) else self.dynamic_smem
+        return self.shape.dynamic_smem.evaluate({"n": size})
 
 
 @dataclass(frozen=True)
@@ -262,7 +258,6 @@ def _verify_one(target: Target, launch: LaunchSpec, res: KernelResources | None,
     check = LaunchCheck(launch, res, (lo, hi), max_ok, ctas, limited_by, budget, max_grid,
                         max_smem, max(0, max_smem - res.static_smem_bytes), optin)
     return check, found
-
 
 
 TABLE_COLUMNS = ("kernel", "threads", "regs", "smem", "CTAs/SM", "resident budget",

@@ -21,8 +21,8 @@ the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
 3. acc[r, :] += sum_j p[r, j] * v[j, :], a few head_dim vectors at a time held in
    registers for all R queries.
 
-The pools may be stored in any KV-cache format (spec.kv_dtype, ninfer.kv_formats): keys
-and values are widened to float32 as they are loaded (cpu_kv.load: vcvtph2ps, a shift,
+The pools may be stored in any KV-cache format (spec.kv_dtype, ninfer.quantize.kv_formats): keys
+and values are widened to float32 as they are loaded (kv.load: vcvtph2ps, a shift,
 or an integer widening and one scale per group of 32), so steps 1-3 are the same for
 every format. Keys stored Hadamard-rotated (int4) meet queries rotated the same way
 right after scaling (the rotation's 1/sqrt(P) is folded into the scale).
@@ -38,8 +38,10 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
-from ..kv_formats import KV_GROUP, kv_format
-from .cpu_common import (
+from ninfer.quantize.kv_formats import KV_GROUP, kv_format
+
+from ..spec import AttentionSpec
+from .common import (
     F32,
     VECTOR_LANES,
     f32,
@@ -50,8 +52,7 @@ from .cpu_common import (
     prefetch,
     scratch,
 )
-from .cpu_kv import hadamard, line_elems, load, storage_width
-from .spec import AttentionSpec
+from .kv import hadamard, line_elems, load, storage_width
 
 VW = VECTOR_LANES
 KEY_BLOCK = 32  # keys per online-softmax step (multiple of VW)

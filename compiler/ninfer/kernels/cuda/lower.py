@@ -5,11 +5,11 @@ code generation: the device module becomes one CUDA translation unit (all kernel
 the host functions TVM would have compiled are read instead for what a launcher needs,
 per kernel in launch order: its symbol, its parameters in kernel order, grid and block
 dimensions, the dynamic shared memory size and any scratch buffers the host must
-allocate. Sizes are C expressions over the spec's symbolic sizes (`n`); `evaluate()`
-computes one for given sizes.
+allocate. Sizes are typed expressions over the spec's symbolic sizes (`n`), built from
+the host code's TIR (module.py, ninfer.kernels.launch).
 
-Paged attention, KV-cache stores (cuda_attention.py, templates/cuda/paged_attention.cu.j2)
-and group-quantized matmuls (cuda_qmatmul.py) are hand-written CUDA: their source is
+Paged attention, KV-cache stores (attention.py, templates/cuda/paged_attention.cu.j2)
+and group-quantized matmuls (qmatmul.py) are hand-written CUDA: their source is
 appended to the same translation unit and their launches are described the same way
 (parameters in spec.signature() order, then `n`; attention split over its keys is two
 launches, which add their scratch and the `splits` expression).
@@ -20,10 +20,8 @@ several kernels.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import tvm
 import tvm_ffi
@@ -32,9 +30,8 @@ from tvm.tirx.build import split_host_device_mods
 
 from ninfer.targets import Target
 
-from . import cuda_attention, cuda_qmatmul
-from . import cuda_schedules as cs
-from .spec import (
+from ..launch import ONE, ZERO, Add, Const, Expr, FloorDiv, Mod, Mul, N, Sub, Var
+from ..spec import (
     AddSpec,
     AttentionSpec,
     EmbeddingSpec,
@@ -44,54 +41,10 @@ from .spec import (
     RopeSpec,
     SiluMulSpec,
 )
-from .te_defs import te_primfunc
-
-ParamKind = Literal["tensor", "scratch", "size", "scalar", "expr"]
-
-
-@dataclass(frozen=True)
-class CudaParam:
-    """One kernel parameter. `value` is what the host passes: the spec argument, scratch
-    buffer or size named `name`, or for kind "expr" a C expression over the sizes."""
-
-    name: str
-    kind: ParamKind
-    ctype: str
-    value: str
-
-
-@dataclass(frozen=True)
-class HostAlloc:
-    """A global scratch buffer of `elements` (C expression) values of `dtype`."""
-
-    name: str
-    dtype: str
-    elements: str
-
-
-@dataclass(frozen=True)
-class CudaLaunch:
-    """One kernel launch of a spec. `grid` and `dynamic_smem` (bytes) are int64 C expressions
-    over the sizes; `block` is constant. Dynamic shared memory above 48 KiB needs
-    cudaFuncAttributeMaxDynamicSharedMemorySize raised before the launch."""
-
-    spec_name: str
-    kernel_symbol: str
-    params: list[CudaParam]
-    grid: tuple[str, str, str]
-    block: tuple[int, int, int]
-    dynamic_smem: str  # bytes
-    host_allocs: list[HostAlloc]
-
-
-@dataclass(frozen=True)
-class CudaModule:
-    """One CUDA translation unit holding every kernel (extern "C" __global__, CUDA headers
-    only) and the launches, grouped by spec in input order."""
-
-    source: str
-    launches: list[CudaLaunch]
-    arch: str
+from ..te_defs import te_primfunc
+from . import attention, qmatmul
+from . import schedules as cs
+from .module import CudaLaunch, CudaModule, CudaParam, HostAlloc
 
 
 def cuda_target(target: Target) -> tvm.target.Target:
@@ -113,8 +66,8 @@ def cuda_target(target: Target) -> tvm.target.Target:
 def cuda_primfunc(spec: KernelSpec, target: Target) -> tirx.PrimFunc:
     """The scheduled PrimFunc of one kernel for `target`, exported as `spec.name()`."""
     if _hand_written(spec):
-        raise NotImplementedError(f"{spec.name()} is hand-written CUDA (cuda_attention.py, "
-                                  "cuda_qmatmul.py), not a TVM schedule")
+        raise NotImplementedError(f"{spec.name()} is hand-written CUDA (attention.py, "
+                                  "qmatmul.py), not a TVM schedule")
     params = cs.cuda_params(target)
     func = te_primfunc(spec)
     if isinstance(spec, MatmulSpec) and spec.schedule == "gemv":
@@ -148,8 +101,8 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
         module = CudaModule("", [], target.arch)
     hand_written = [spec for spec in specs if _hand_written(spec)]
     source = module.source
-    for extra in (cuda_attention.render_source(hand_written, params),
-                  cuda_qmatmul.render_source(hand_written, params)):
+    for extra in (attention.render_source(hand_written, params),
+                  qmatmul.render_source(hand_written, params)):
         if extra:
             source += "\n" + extra
     launches = module.launches + [launch for spec in hand_written
@@ -160,7 +113,7 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
 
 
 def _hand_written(spec: KernelSpec) -> bool:
-    return cuda_attention.is_hand_written(spec) or cuda_qmatmul.is_quantized_matmul(spec)
+    return attention.is_hand_written(spec) or qmatmul.is_quantized_matmul(spec)
 
 
 # Element types of hand-written kernels' tensors: 16-bit floats travel as their bits.
@@ -169,37 +122,36 @@ _HAND_CTYPES = {"float16": "uint16_t", "int8": "int8_t", "uint8": "uint8_t"}
 
 def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[CudaLaunch]:
     """The launches of a hand-written kernel: spec.signature() in order, then `n`; split
-    attention (cuda_attention.attention_splits > 1) is two launches over scratch."""
+    attention (attention.attention_splits > 1) is two launches over scratch."""
     if any(arg.kind != "tensor" for arg in spec.signature()):
         raise NotImplementedError(f"{spec.name()}: hand-written kernels take tensors and n only")
     args = [
-        CudaParam(arg.name, "tensor", (_HAND_CTYPES.get(arg.dtype) or _CTYPES[arg.dtype]) + "*",
-                  arg.name)
+        CudaParam(arg.name, "tensor", (_HAND_CTYPES.get(arg.dtype) or _CTYPES[arg.dtype]) + "*")
         for arg in spec.signature()
     ]
-    size = CudaParam("n", "size", "int64_t", "n")
+    size = CudaParam("n", "size", "int64_t")
     if isinstance(spec, MatmulSpec):
-        grid, threads = cuda_qmatmul.launch_shape(spec, params)
-        return [CudaLaunch(spec.name(), cuda_qmatmul.kernel_symbol(spec), [*args, size], grid,
-                           (threads, 1, 1), "0", [])]
-    grid, threads = cuda_attention.launch_shape(spec, params)
-    symbol = cuda_attention.kernel_symbol(spec)
-    if not (isinstance(spec, AttentionSpec) and cuda_attention.attention_splits(spec, params) > 1):
-        return [CudaLaunch(spec.name(), symbol, [*args, size], grid, (threads, 1, 1), "0", [])]
-    splits = cuda_attention.splits_expr(spec, params)
-    blocks = f"(n * {spec.heads})"
+        grid, threads = qmatmul.launch_shape(spec, params)
+        return [CudaLaunch(spec.name(), qmatmul.kernel_symbol(spec), [*args, size], grid,
+                           (threads, 1, 1), ZERO, [])]
+    grid, threads = attention.launch_shape(spec, params)
+    symbol = attention.kernel_symbol(spec)
+    if not (isinstance(spec, AttentionSpec) and attention.attention_splits(spec, params) > 1):
+        return [CudaLaunch(spec.name(), symbol, [*args, size], grid, (threads, 1, 1), ZERO, [])]
+    splits = attention.splits_expr(spec, params)
+    blocks = N * spec.heads
     allocs = [HostAlloc(f"{spec.name()}_part_acc", "float32",
-                        f"({blocks} * {splits} * {spec.head_dim})"),
-              HostAlloc(f"{spec.name()}_part_ml", "float32", f"({blocks} * {splits} * 2)")]
-    part = [CudaParam(a.name, "scratch", "float*", a.name) for a in allocs]
+                        Mul((blocks, splits, Const(spec.head_dim)))),
+              HostAlloc(f"{spec.name()}_part_ml", "float32", Mul((blocks, splits, Const(2))))]
+    part = [CudaParam(a.name, "scratch", "float*") for a in allocs]
     out = [a for a in args if a.name == "out"]
     split_arg = CudaParam("splits", "expr", "int64_t", splits)
     return [
         CudaLaunch(spec.name(), symbol, [*(a for a in args if a.name != "out"), *part, split_arg,
                                          size],
-                   (blocks, splits, "1"), (threads, 1, 1), "0", allocs),
-        CudaLaunch(spec.name(), cuda_attention.combine_symbol(spec), [*part, *out, split_arg, size],
-                   (blocks, "1", "1"), (cuda_attention.combine_threads(spec), 1, 1), "0", allocs),
+                   (blocks, splits, ONE), (threads, 1, 1), ZERO, allocs),
+        CudaLaunch(spec.name(), attention.combine_symbol(spec), [*part, *out, split_arg, size],
+                   (blocks, ONE, ONE), (attention.combine_threads(spec), 1, 1), ZERO, allocs),
     ]
 
 
@@ -245,15 +197,16 @@ def _launches(
         order="pre",
     )
 
-    def c(expr: tirx.PrimExpr) -> str:
-        return _c_expr(expr, binds, sizes)
+    def c(expr: tirx.PrimExpr) -> Expr:
+        return _size_expr(expr, binds, sizes)
+
+    def elements(shape: list[tirx.PrimExpr]) -> Expr:
+        dims = [c(dim) for dim in shape]
+        return ONE if not dims else dims[0] if len(dims) == 1 else Mul(tuple(dims))
 
     allocs = {
-        node.buffer.name: HostAlloc(
-            node.buffer.name,
-            str(node.buffer.dtype),
-            " * ".join(c(dim) for dim in node.buffer.shape) or "1",
-        )
+        node.buffer.name: HostAlloc(node.buffer.name, str(node.buffer.dtype),
+                                    elements(list(node.buffer.shape)))
         for node in alloc_nodes
     }
     out = []
@@ -267,7 +220,7 @@ def _launches(
         values = dict(zip(tags, dims))
         params = [_param(p, arg, allocs, c) for p, arg in zip(kernels[symbol].params, args)]
         gx, gy, gz = (
-            c(values[f"blockIdx.{a}"]) if f"blockIdx.{a}" in values else "1" for a in "xyz"
+            c(values[f"blockIdx.{a}"]) if f"blockIdx.{a}" in values else ONE for a in "xyz"
         )
         bx, by, bz = (_const(values.get(f"threadIdx.{a}"), symbol) for a in "xyz")
         smem = values.get("tirx.use_dyn_shared_memory")
@@ -278,7 +231,7 @@ def _launches(
                 params=params,
                 grid=(gx, gy, gz),
                 block=(bx, by, bz),
-                dynamic_smem=c(smem) if smem is not None else "0",
+                dynamic_smem=c(smem) if smem is not None else ZERO,
                 host_allocs=[allocs[p.name] for p in params if p.kind == "scratch"],
             )
         )
@@ -286,7 +239,7 @@ def _launches(
 
 
 def _param(
-    kparam: tirx.Var, arg: Any, allocs: Mapping[str, HostAlloc], c: Callable[[Any], str]
+    kparam: tirx.Var, arg: Any, allocs: Mapping[str, HostAlloc], c: Callable[[Any], Expr]
 ) -> CudaParam:
     ty = kparam.ty
     if isinstance(ty, tvm.ir.PointerType):
@@ -294,11 +247,12 @@ def _param(
         if not (isinstance(arg, tvm.ir.Call) and arg.op.name == "tirx.buffer_data"):
             raise NotImplementedError(f"pointer kernel argument {arg} is not a buffer's data")
         name = arg.args[0].name
-        return CudaParam(name, "scratch" if name in allocs else "tensor", ctype, name)
+        return CudaParam(name, "scratch" if name in allocs else "tensor", ctype)
     ctype = _CTYPES[str(ty.dtype)]
-    if isinstance(arg, tirx.Var) and c(arg) == arg.name:
-        return CudaParam(arg.name, "size" if arg.name == "n" else "scalar", ctype, arg.name)
-    return CudaParam(kparam.name, "expr", ctype, c(arg))
+    value = c(arg)
+    if isinstance(arg, tirx.Var) and value == Var(arg.name):
+        return CudaParam(arg.name, "size" if arg.name == "n" else "scalar", ctype)
+    return CudaParam(kparam.name, "expr", ctype, value)
 
 
 _CTYPES = {"float32": "float", "float16": "half", "uint16": "uint16_t", "int32": "int32_t",
@@ -313,51 +267,36 @@ def _const(expr: Any, symbol: str) -> int:
     return int(expr.value)
 
 
-_BINARY = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*"}
+def _size_expr(expr: Any, binds: Mapping[int, Any], sizes: set[str]) -> Expr:
+    """The typed (int64) size of a host-side TIR expression. TVM's floor division and
+    modulo become FloorDiv and Mod, which print as C's `/` and `%`: sizes are non-negative."""
 
+    def sub(e: Any) -> Expr:
+        return _size_expr(e, binds, sizes)
 
-def _c_expr(expr: Any, binds: Mapping[int, Any], sizes: set[str]) -> str:
-    """C (int64) for a host-side size expression. Division and modulo are printed as C's
-    `/` and `%`, which agree with TVM's floor semantics because sizes are non-negative."""
     if isinstance(expr, tirx.IntImm):
-        return str(int(expr.value))
+        return Const(int(expr.value))
     if isinstance(expr, tirx.Var):
         bound = binds.get(expr.__chandle__())
         if bound is not None:
-            return _c_expr(bound, binds, sizes)
+            return sub(bound)
         if expr.name in sizes:
-            return expr.name
+            return Var(expr.name)
         raise NotImplementedError(f"launch expression uses unknown variable {expr.name!r}")
-    for node_type, op in _BINARY.items():
-        if isinstance(expr, node_type):
-            return f"({_c_expr(expr.a, binds, sizes)} {op} {_c_expr(expr.b, binds, sizes)})"
+    if isinstance(expr, tirx.Add):
+        return Add(sub(expr.a), sub(expr.b))
+    if isinstance(expr, tirx.Sub):
+        return Sub(sub(expr.a), sub(expr.b))
+    if isinstance(expr, tirx.Mul):
+        return Mul((sub(expr.a), sub(expr.b)))
     if isinstance(expr, tirx.FloorDiv | tirx.FloorMod | tirx.Div | tirx.Mod):
         if not (isinstance(expr.b, tirx.IntImm) and expr.b.value > 0):
             raise NotImplementedError(f"division by a non-constant in launch expression {expr}")
-        op = "/" if isinstance(expr, tirx.FloorDiv | tirx.Div) else "%"
-        return f"({_c_expr(expr.a, binds, sizes)} {op} {int(expr.b.value)})"
+        node = FloorDiv if isinstance(expr, tirx.FloorDiv | tirx.Div) else Mod
+        return node(sub(expr.a), Const(int(expr.b.value)))
     if isinstance(expr, tirx.Cast) and str(expr.dtype) in ("int32", "int64"):
-        return _c_expr(expr.value, binds, sizes)
+        return sub(expr.value)
     raise NotImplementedError(f"cannot print launch expression {expr} ({type(expr).__name__})")
-
-
-_C_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|([-+*/%()]))")
-
-
-def evaluate(expr: str, sizes: Mapping[str, int]) -> int:
-    """Value of a launch expression (as printed by this module) for the given sizes."""
-    python = []
-    pos = 0
-    while pos < len(expr.rstrip()):
-        m = _C_TOKEN.match(expr, pos)
-        if m is None:
-            raise ValueError(f"unexpected text in launch expression {expr!r} at {pos}")
-        number, name, op = m.groups()
-        if name is not None and name not in sizes:
-            raise KeyError(f"launch expression {expr!r} needs a value for {name!r}")
-        python.append(number or (str(int(sizes[name])) if name else ("//" if op == "/" else op)))
-        pos = m.end()
-    return int(eval(" ".join(python), {"__builtins__": {}}))
 
 
 def serial_equivalent(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -4,7 +4,7 @@ Both families are rendered from templates/cuda/paged_attention.cu.j2 (one transl
 unit for all of a model's instances) instead of being scheduled with TVM: the paged
 attention's key loop is bounded by a position read from device memory, and the store
 scatters rows through an index, neither of which the TE/dlight path expresses well.
-`build_cuda_source` (cuda.py) appends the rendered source to the TVM kernels and
+`build_cuda_source` (lower.py) appends the rendered source to the TVM kernels and
 describes the launches the same way; every number below comes from `CudaParams`.
 
 Attention (AttentionSpec), one thread block per (row i, query head h), grid n * heads:
@@ -45,7 +45,7 @@ short context) writes m = -inf, l = 0 and adds nothing; split 0 always has key 0
 
 KV formats: f32, f16 and bf16 pools (CUDA_KV_FORMATS); 16-bit elements are loaded VW at a
 time as one 2 x VW-byte access and widened to float, and the store rounds as
-ninfer.kv_formats.encode does.
+ninfer.quantize.kv_formats.encode does.
 
 KV store (KvStoreSpec): one thread per VW floats (VW = 4 when width % 4 == 0, else 2 or
 1) over the n x width inputs, params.elementwise_threads per block; rows outside
@@ -62,8 +62,9 @@ import jinja2
 
 from ninfer.paths import TEMPLATES_DIR
 
-from .cuda_schedules import VECTOR, WARP, CudaParams, pow2_ceil, pow2_floor
-from .spec import AttentionSpec, KernelSpec, KvStoreSpec
+from ..launch import ONE, Expr, N, ceil_div
+from ..spec import AttentionSpec, KernelSpec, KvStoreSpec
+from .schedules import VECTOR, WARP, CudaParams, pow2_ceil, pow2_floor
 
 TEMPLATE = "cuda/paged_attention.cu.j2"
 HAND_WRITTEN = (AttentionSpec, KvStoreSpec)  # families rendered here, not scheduled by TVM
@@ -128,10 +129,9 @@ def attention_splits(spec: AttentionSpec, params: CudaParams) -> int:
     return max(1, min(cap, -(-params.gemv_min_blocks // spec.heads)))
 
 
-def splits_expr(spec: AttentionSpec, params: CudaParams) -> str:
-    """splits(n) as a C expression: attention_splits for n = 1, down to 1 as n grows."""
-    most = spec.heads * attention_splits(spec, params)
-    return f"(({most} + n * {spec.heads} - 1) / (n * {spec.heads}))"
+def splits_expr(spec: AttentionSpec, params: CudaParams) -> Expr:
+    """splits(n): attention_splits for n = 1, down to 1 as n grows."""
+    return ceil_div(spec.heads * attention_splits(spec, params), N * spec.heads)
 
 
 def combine_threads(spec: AttentionSpec) -> int:
@@ -146,14 +146,14 @@ def kv_store_vector(spec: KvStoreSpec) -> int:
     return math.gcd(spec.width, VECTOR)
 
 
-def launch_shape(spec: KernelSpec, params: CudaParams) -> tuple[tuple[str, str, str], int]:
-    """(grid as C expressions over n, threads per block) of a hand-written kernel."""
+def launch_shape(spec: KernelSpec, params: CudaParams) -> tuple[tuple[Expr, Expr, Expr], int]:
+    """(grid over n, threads per block) of a hand-written kernel."""
     if isinstance(spec, AttentionSpec):
-        return (f"(n * {spec.heads})", "1", "1"), attention_layout(spec, params).threads
+        return (N * spec.heads, ONE, ONE), attention_layout(spec, params).threads
     if isinstance(spec, KvStoreSpec):
         threads = params.elementwise_threads
         per_row = spec.width // kv_store_vector(spec)
-        return (f"(((n * {per_row}) + {threads - 1}) / {threads})", "1", "1"), threads
+        return (ceil_div(N * per_row, threads), ONE, ONE), threads
     raise NotImplementedError(f"no hand-written CUDA kernel for family {spec.family!r}")
 
 

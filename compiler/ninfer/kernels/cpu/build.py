@@ -8,39 +8,43 @@ provides `__TVMBackendParallelLaunch` (thread pool) and `__TVMBackendAllocWorksp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import hashlib
+import shutil
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import tvm
 from tvm import tirx
 
-from ..quant import format_info
-from . import cpu_attention, cpu_elementwise, cpu_kv, cpu_matmul, cpu_qmatmul
-from .spec import KernelSpec, KvStoreSpec, MatmulSpec
+from ninfer.quantize.weight_formats import format_info
+from ninfer.targets import Target
+
+from ..spec import KernelSpec, KvStoreSpec, MatmulSpec
+from . import attention, elementwise, kv, matmul, qmatmul
 
 
 def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
-    """Float weights (float32, f16, bf16): cpu_matmul; group-quantized: cpu_qmatmul."""
+    """Float weights (float32, f16, bf16): matmul; group-quantized: qmatmul."""
     if format_info(spec.wdtype).quantized:
-        return cpu_qmatmul.qmatmul(spec)
-    return cpu_matmul.matmul(spec)
+        return qmatmul.qmatmul(spec)
+    return matmul.matmul(spec)
 
 
 def _kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
-    """float32 pools: a row copy; other KV formats: cpu_kv."""
+    """float32 pools: a row copy; other KV formats: kv."""
     if spec.kv_dtype == "f32" and not spec.rotate:
-        return cpu_elementwise.kv_store(spec)
-    return cpu_kv.kv_store(spec)
+        return elementwise.kv_store(spec)
+    return kv.kv_store(spec)
 
 
 _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
-    "embedding": cpu_elementwise.embedding,
-    "rmsnorm": cpu_elementwise.rmsnorm,
+    "embedding": elementwise.embedding,
+    "rmsnorm": elementwise.rmsnorm,
     "matmul": _matmul,
-    "rope": cpu_elementwise.rope,
-    "silu_mul": cpu_elementwise.silu_mul,
-    "add": cpu_elementwise.add,
-    "attention": cpu_attention.attention,
+    "rope": elementwise.rope,
+    "silu_mul": elementwise.silu_mul,
+    "add": elementwise.add,
+    "attention": attention.attention,
     "kv_store": _kv_store,
 }
 
@@ -72,7 +76,7 @@ def _module(specs: Iterable[KernelSpec]) -> tvm.IRModule:
 
 
 # StorageRewrite would re-create the kernels' stack scratch buffers without their
-# "disable_lower_builtin" mark (see cpu_common.scratch), turning them into per-iteration
+# "disable_lower_builtin" mark (see common.scratch), turning them into per-iteration
 # TVMBackendAllocWorkspace calls. The kernels allocate nothing else, so it has nothing
 # else to do.
 _PASS_CONFIG = {"tirx.disable_storage_rewrite": True}
@@ -90,3 +94,26 @@ def build_cpu_object(specs: Iterable[KernelSpec], out_path: Path) -> Path:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     build_cpu_module(specs).mod.write_to_file(str(out_path))
     return out_path
+
+
+def cached_cpu_object(specs: Sequence[KernelSpec], target: Target, cache: Path, dest: Path
+                      ) -> Path:
+    """Every kernel of `specs` in one object at `dest`, cached under `cache` by the target,
+    the spec names and the sources of the kernels and of the formats they read."""
+    digest = hashlib.sha256()
+    digest.update(target.stable_hash().encode())
+    for name in sorted(s.name() for s in specs):
+        digest.update(name.encode())
+    package = Path(__file__).resolve().parents[2]  # compiler/ninfer
+    for src in sorted(p for d in ("kernels", "quantize") for p in (package / d).rglob("*.py")):
+        digest.update(str(src.relative_to(package)).encode())
+        digest.update(src.read_bytes())
+    cached = cache / f"{digest.hexdigest()[:24]}.o"
+    if not cached.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(".tmp.o")
+        build_cpu_object(specs, tmp)
+        tmp.replace(cached)
+    if not dest.exists() or dest.read_bytes() != cached.read_bytes():
+        shutil.copyfile(cached, dest)
+    return dest

@@ -21,7 +21,7 @@ trailing products are added by a scalar loop.
 16-bit float weights (f16: IEEE half, converted by vcvtph2ps; bf16: stored as uint16 bits,
 widened and shifted into the top half of a float32) are converted in registers as they
 are loaded; everything else is the float32 kernel. Group-quantized formats are in
-cpu_qmatmul.py.
+qmatmul.py.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from tvm import tirx
 from tvm.script import tirx as T
 
-from .cpu_common import F32, VECTOR_LANES, f32, hsum, i64, prefetch, scratch
-from .spec import MatmulSpec
+from ..spec import MatmulSpec
+from .common import F32, VECTOR_LANES, f32, hsum, i64, prefetch, scratch
 
 VW = VECTOR_LANES
 
@@ -62,7 +62,7 @@ def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
     return _matmul(spec, tiles)
 
 
-# Storage dtype of the weight buffer per float weight format (ninfer.quant layouts).
+# Storage dtype of the weight buffer per float weight format (quantize.weight_formats layouts).
 _W_STORAGE = {"float32": F32, "f16": "float16", "bf16": "uint16"}
 
 

@@ -1,7 +1,7 @@
 """KV-cache formats on the CPU: the expressions that read a stored value as float32, the
 store kernel that writes new keys/values in a format, and the Hadamard rotation.
 
-The layouts are those of ninfer.kv_formats (its numpy `encode` is the reference the
+The layouts are those of ninfer.quantize.kv_formats (its numpy `encode` is the reference the
 store kernel matches bit for bit). Values are addressed as vectors of VW lanes: element
 d = dv * VW + v of a head, with v the vectorized lane, so that every format loads VW
 consecutive stored values (int4: VW consecutive bytes, all low or all high nibbles) and
@@ -16,9 +16,10 @@ import numpy as np
 from tvm import tirx
 from tvm.script import tirx as T
 
-from ..kv_formats import FP8_MAX, KV_GROUP, kv_format
-from .cpu_common import F32, VECTOR_LANES, f32, hmax, i64, scratch
-from .spec import KvStoreSpec
+from ninfer.quantize.kv_formats import FP8_MAX, KV_GROUP, kv_format
+
+from ..spec import KvStoreSpec
+from .common import F32, VECTOR_LANES, f32, hmax, i64, scratch
 
 VW = VECTOR_LANES
 GV = KV_GROUP // VW  # vectors per scale group
@@ -120,7 +121,7 @@ def hadamard(width: int, block: int) -> object:
 
 
 def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
-    """Stores n new key or value rows in `spec.kv_dtype` (ninfer.kv_formats.encode)."""
+    """Stores n new key or value rows in `spec.kv_dtype` (ninfer.quantize.kv_formats.encode)."""
     W, R, D, P = spec.width, spec.pool_rows, spec.head_dim, spec.rotate
     KVH = spec.kv_heads
     fmt = kv_format(spec.kv_dtype)

@@ -1,7 +1,7 @@
 """CUDA schedule parameters per target, and the schedules of the non-attention families.
 
 `cuda_params(target)` is the one place where GPU profile fields turn into schedule
-parameters; every schedule here (and in cuda_attention.py) reads only `CudaParams`.
+parameters; every schedule here (and in attention.py) reads only `CudaParams`.
 Decisions that also depend on a spec (rows per gemv block, threads per norm row) are small
 functions of `CudaParams` and the spec's sizes, so they differ between targets exactly
 where the derived parameters do.
@@ -21,7 +21,7 @@ from tvm.s_tir import dlight
 
 from ninfer.targets import Target
 
-from .spec import MatmulSpec, RMSNormSpec, RopeSpec
+from ..spec import MatmulSpec, RMSNormSpec, RopeSpec
 
 WARP = 32  # threads per warp on every supported compute capability
 VECTOR = 4  # float32 lanes of one 16-byte load or store

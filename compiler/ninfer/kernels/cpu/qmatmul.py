@@ -1,6 +1,6 @@
 """CPU matmul out = x @ dequant(w).T (+ bias) for group-quantized weights (q8gG, q4gG).
 
-The weight layout is `ninfer.quant`'s: per row, groups of G weights along k with one
+The weight layout is `quantize.weight_formats`'s: per row, groups of G weights along k with one
 float16 scale d; q8 stores int8 q, q4 stores two offset-binary nibbles per byte (low
 nibble = even k). Dequantizing to float32 for FMAs costs a widening, a conversion and an
 FMA per 8 weights (plus the nibble unpack), which on this AVX2 machine runs at ~1/4 of
@@ -32,7 +32,7 @@ and prefetches PREFETCH_BYTES ahead in the weight array (rows are short, e.g. 2 
 q4 at k = 4096, and the hardware prefetchers alone lose time at every row start); the
 rows' d * dx are computed first, 8 per vcvtph2ps + vmulps, and read
 back by vbroadcastss. gemm: MR x NR tiles, k blocks, row blocks, parallel over column
-panels, as in cpu_matmul.py. Both perform exactly the operations above in the same order
+panels, as in matmul.py. Both perform exactly the operations above in the same order
 for every (row, column), so a row's result is bitwise the same in either schedule and
 whatever the other rows are (batch invariance).
 """
@@ -45,9 +45,10 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.ir_builder import tirx as irb
 
-from ..quant import check_k, format_info
-from .cpu_common import F32, f32, hmax, hsum, i64, prefetch, scratch
-from .spec import MatmulSpec
+from ninfer.quantize.weight_formats import check_k, format_info
+
+from ..spec import MatmulSpec
+from .common import F32, f32, hmax, hsum, i64, prefetch, scratch
 
 LANES = 8  # int32 / float32 lanes of a ymm register
 BYTES = 32  # int8 lanes of a ymm register

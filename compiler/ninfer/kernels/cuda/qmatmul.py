@@ -1,14 +1,14 @@
 """Hand-written CUDA kernels for group-quantized matmul weights (q8g32, q4g64, q4g128).
 
 Rendered from templates/cuda/qmatmul.cu.j2 into the same translation unit as the TVM
-kernels and described by the same CudaLaunch records (cuda.py); the TE/dlight path has
-no int8/nibble unpacking with per-group scales. Weights are read in their ninfer.quant
+kernels and described by the same CudaLaunch records (lower.py); the TE/dlight path has
+no int8/nibble unpacking with per-group scales. Weights are read in their ninfer.quantize
 layout (no repacking), activations stay float32: the dot products are float FMAs over
 dequantized weights (the CPU kernels instead round x to int8 per group; the reference in
 tests computes with float64 and unrounded x).
 
 - gemv (decode rows; MatmulSpec.schedule "gemv"): one warp per output column, WARPS per
-  block, chosen like the TVM GEMV's rows per block (cuda_schedules.gemv_rows: as many as
+  block, chosen like the TVM GEMV's rows per block (schedules.gemv_rows: as many as
   still leave the target gemv_min_blocks blocks). Lane t takes eight consecutive weights
   per step, k = (32 step + t) * 8: one 8-byte (q8) or 4-byte (q4) load and one scale
   (eight weights never straddle a group, G % 8 == 0), and the same k range of up to ROWS
@@ -31,16 +31,17 @@ from collections.abc import Iterable
 import jinja2
 
 from ninfer.paths import TEMPLATES_DIR
-from ninfer.quant import format_info
+from ninfer.quantize.weight_formats import format_info
 
-from .cuda_schedules import WARP, CudaParams, gemv_rows
-from .spec import KernelSpec, MatmulSpec
+from ..launch import ONE, Const, Expr, N, ceil_div
+from ..spec import KernelSpec, MatmulSpec
+from .schedules import WARP, CudaParams, gemv_rows
 
 TEMPLATE = "cuda/qmatmul.cu.j2"
 QUANTIZED = ("q8g32", "q4g64", "q4g128")
 # Rows of x one gemv block takes (registers: one accumulator each). Any n is correct,
 # further rows take further blocks (grid.y); the step program's decode calls pass at most
-# pipeline.GEMV_MAX_ROWS (4 on CUDA), which one block then covers.
+# options.GEMV_MAX_ROWS (4 on CUDA), which one block then covers.
 GEMV_ROWS = 4
 GEMM_BM, GEMM_BN, GEMM_KT, GEMM_THREADS = 64, 64, 32, 256
 
@@ -57,14 +58,12 @@ def gemv_warps(spec: MatmulSpec, params: CudaParams) -> int:
     return gemv_rows(params, spec.n_out)
 
 
-def launch_shape(spec: MatmulSpec, params: CudaParams) -> tuple[tuple[str, str, str], int]:
-    """(grid as C expressions over n, threads per block)."""
+def launch_shape(spec: MatmulSpec, params: CudaParams) -> tuple[tuple[Expr, Expr, Expr], int]:
+    """(grid over n, threads per block)."""
     if spec.schedule == "gemv":
         warps = gemv_warps(spec, params)
-        return (f"{-(-spec.n_out // warps)}", f"((n + {GEMV_ROWS - 1}) / {GEMV_ROWS})",
-                "1"), WARP * warps
-    return (f"{-(-spec.n_out // GEMM_BN)}", f"((n + {GEMM_BM - 1}) / {GEMM_BM})", "1"), \
-        GEMM_THREADS
+        return (Const(-(-spec.n_out // warps)), ceil_div(N, GEMV_ROWS), ONE), WARP * warps
+    return (Const(-(-spec.n_out // GEMM_BN)), ceil_div(N, GEMM_BM), ONE), GEMM_THREADS
 
 
 def _values(spec: MatmulSpec, params: CudaParams) -> dict[str, object]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
-from .cpu_common import F32, VECTOR_LANES, f32, fast_exp, hsum, i64, scratch
-from .spec import AddSpec, EmbeddingSpec, KvStoreSpec, RMSNormSpec, RopeSpec, SiluMulSpec
+from ..spec import AddSpec, EmbeddingSpec, KvStoreSpec, RMSNormSpec, RopeSpec, SiluMulSpec
+from .common import F32, VECTOR_LANES, f32, fast_exp, hsum, i64, scratch
 
 VW = VECTOR_LANES
 

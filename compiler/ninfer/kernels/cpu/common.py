@@ -56,7 +56,8 @@ def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
 
 def hsum(buf: tirx.Buffer, *prefix: tirx.PrimExpr) -> tirx.PrimExpr:
     """Sum of buf[*prefix, 0:VECTOR_LANES] as a balanced tree (short dependency chains)."""
-    terms = [buf[(*prefix, v)] for v in range(VECTOR_LANES)]
+    indices = [(*prefix, v) for v in range(VECTOR_LANES)]
+    terms = [buf[i] for i in indices]
     while len(terms) > 1:
         half = len(terms) // 2
         terms = [terms[i] + terms[i + half] for i in range(half)]
@@ -65,7 +66,8 @@ def hsum(buf: tirx.Buffer, *prefix: tirx.PrimExpr) -> tirx.PrimExpr:
 
 def hmax(buf: tirx.Buffer, *prefix: tirx.PrimExpr) -> tirx.PrimExpr:
     """Maximum of buf[*prefix, 0:VECTOR_LANES] as a balanced tree."""
-    terms = [buf[(*prefix, v)] for v in range(VECTOR_LANES)]
+    indices = [(*prefix, v) for v in range(VECTOR_LANES)]
+    terms = [buf[i] for i in indices]
     while len(terms) > 1:
         half = len(terms) // 2
         terms = [tirx.max(terms[i], terms[i + half]) for i in range(half)]

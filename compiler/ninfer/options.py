@@ -1,0 +1,103 @@
+"""`CompileOptions`: what `ninfer-compile` was asked for, checked when it is made.
+
+Checks that need no target run in `__post_init__`; those that depend on the target
+(`check_target`) and the values later stages read (`serve_limits`, `weight_formats`,
+`projections`) are methods, so the pipeline only calls them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from ninfer.paths import DEFAULT_BUILD_DIR
+from ninfer.plan import FORMAT_WDTYPES, ServeLimits, WeightFormats
+from ninfer.quantize.kv_formats import KV_DTYPES
+from ninfer.targets import Target
+
+PREFILL_PROJECTIONS = ("auto", "tvm", "coop")
+# KV-cache formats the CUDA attention reads (kernels.cuda.attention.CUDA_KV_FORMATS)
+CUDA_KV_DTYPES = ("f32", "f16", "bf16")
+# Row counts up to this run the GEMV schedule. On the CPU the float GEMV's 2- and 3-row
+# micro-kernels beat the GEMM tile up to 8 rows on decode-shaped weights (k 512-3072,
+# n 512-3072); the integer GEMV of the quantized formats costs about one 1-row pass per
+# row, so past 4 rows their GEMM wins. The CUDA schedules keep 4.
+GEMV_MAX_ROWS_CPU_FLOAT = 8
+GEMV_MAX_ROWS = 4
+
+
+class OptionsError(ValueError):
+    """The compile options contradict each other or the target."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    model_dir: Path
+    target: str = "cpu"
+    out_dir: Path | None = None
+    model_id: str | None = None
+    max_context: int = 4096
+    max_prefill_chunk: int = 512
+    max_concurrency: int = 8
+    kv_capacity: int = 0  # tokens; 0 = auto
+    weights: str = "f32"  # matmul weight format (plan.FORMAT_WDTYPES)
+    weight_overrides: tuple[tuple[str, str], ...] = ()  # (role, format), e.g. lm_head
+    kv_dtype: str = "f16"  # KV-cache format (ninfer.quantize.kv_formats)
+    memory_gib: float | None = None
+    python_module: bool = True
+    dump_dir: Path | None = None
+    # CUDA: "tvm" runs prefill projections through the TVM GEMM; "coop" through the
+    # cooperative split-K family with verifier-derived routes (validated on an H200);
+    # "auto" = coop on CUDA targets, tvm on the CPU.
+    prefill_projections: str = "auto"
+    kernel_cache: Path = field(default_factory=lambda: DEFAULT_BUILD_DIR / ".kernel-cache")
+    # False: build everything but model.ninfer (write it later with write_model_artifact,
+    # e.g. on a machine that holds the weights but not TVM).
+    write_artifact: bool = True
+
+    def __post_init__(self) -> None:
+        if self.prefill_projections not in PREFILL_PROJECTIONS:
+            raise OptionsError(f"--prefill-projections must be 'auto', 'tvm' or 'coop', got "
+                               f"{self.prefill_projections!r}")
+        for fmt in (self.weights, *(f for _, f in self.weight_overrides)):
+            if fmt not in FORMAT_WDTYPES:
+                raise OptionsError(f"weight format {fmt!r} is not one of "
+                                   f"{', '.join(FORMAT_WDTYPES)}")
+        if self.kv_dtype not in KV_DTYPES:
+            raise OptionsError(f"--kv-dtype {self.kv_dtype!r} is not one of "
+                               f"{', '.join(KV_DTYPES)}")
+        if self.kv_capacity < 0:
+            raise OptionsError(f"--kv-capacity {self.kv_capacity} must be a positive number "
+                               "of tokens, or 0 for auto")
+
+    @property
+    def resolved_model_id(self) -> str:
+        return self.model_id or self.model_dir.resolve().name
+
+    def check_target(self, target: Target) -> None:
+        """Raise OptionsError where an option does not suit `target`."""
+        if self.prefill_projections == "coop" and not target.is_cuda:
+            raise OptionsError("--prefill-projections coop needs a CUDA target")
+        if target.is_cuda and self.kv_dtype not in CUDA_KV_DTYPES:
+            raise OptionsError(f"--kv-dtype {self.kv_dtype}: the CUDA attention reads "
+                               f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "
+                               f"{target.name} with one of those (the other KV formats run on "
+                               "the cpu target)")
+
+    def projections(self, target: Target) -> Literal["tvm", "coop"]:
+        """Where prefill projections run on `target` ("auto" resolved)."""
+        if self.prefill_projections == "auto":
+            return "coop" if target.is_cuda else "tvm"
+        return "coop" if self.prefill_projections == "coop" else "tvm"
+
+    def serve_limits(self, target: Target) -> ServeLimits:
+        formats = {self.weights, *(fmt for _, fmt in self.weight_overrides)}
+        floats = formats <= {"f32", "f16", "bf16"}
+        gemv_rows = GEMV_MAX_ROWS_CPU_FLOAT if target.kind == "cpu" and floats else GEMV_MAX_ROWS
+        return ServeLimits(self.max_context, min(self.max_prefill_chunk, self.max_context),
+                           max_concurrency=self.max_concurrency, gemv_max_rows=gemv_rows,
+                           kv_capacity=self.kv_capacity, kv_dtype=self.kv_dtype)
+
+    def weight_formats(self) -> WeightFormats:
+        return WeightFormats(self.weights, tuple(self.weight_overrides))

@@ -1,0 +1,65 @@
+"""`compile_report.json`: what was compiled, how every launch was proven, stage times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ninfer import __version__
+from ninfer.occupancy.verifier import VerificationReport, table_rows
+from ninfer.plan import Plan
+from ninfer.targets import Target
+
+LAUNCH_COLUMNS = ("kernel", "threads", "registers", "smem", "ctas_per_sm", "resident_budget",
+                  "sizes", "max_ok_size")
+
+
+@dataclass(frozen=True)
+class LaunchRow:
+    """One row of the launch verification table (occupancy.verifier.table_rows), as text:
+    e.g. smem "24832 (opt-in)", ctas_per_sm "1 (registers)", resident_budget "-"."""
+
+    kernel: str
+    threads: str
+    registers: str
+    smem: str
+    ctas_per_sm: str
+    resident_budget: str
+    sizes: str  # "tokens 1..2048"
+    max_ok_size: str
+
+    def to_json(self) -> dict[str, str]:
+        return dict(zip(LAUNCH_COLUMNS, self.cells(), strict=True))
+
+    def cells(self) -> tuple[str, ...]:
+        return (self.kernel, self.threads, self.registers, self.smem, self.ctas_per_sm,
+                self.resident_budget, self.sizes, self.max_ok_size)
+
+
+def launch_rows(reports: list[VerificationReport]) -> tuple[LaunchRow, ...]:
+    return tuple(LaunchRow(*row) for report in reports for row in table_rows(report))
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    model_id: str
+    architecture: str
+    target: Target
+    plan: Plan
+    kernels: tuple[tuple[str, str], ...]  # (name, family) of each kernel instance
+    generated: tuple[str, ...]  # generated files, relative to the output directory
+    launches: tuple[LaunchRow, ...]  # CUDA: every launch the runtime can make
+    stage_seconds: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ninfer_version": __version__,
+            "model_id": self.model_id,
+            "architecture": self.architecture,
+            "target": {"name": self.target.name, "hash": self.target.stable_hash()},
+            "plan": self.plan.to_json(),
+            "kernels": [{"name": name, "family": family} for name, family in self.kernels],
+            "generated": list(self.generated),
+            "launches": [row.to_json() for row in self.launches],
+            "stage_seconds": self.stage_seconds,
+        }
