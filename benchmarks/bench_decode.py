@@ -56,7 +56,7 @@ def main() -> None:
     out = root / f"qwen3-{args.size}-cpu{suffix}"
     report = compile_model(CompileOptions(
         model_dir=ckpt, out_dir=out, model_id=f"qwen3-{args.size}{suffix}", max_context=1024,
-        max_prefill_chunk=args.chunk, weights=args.weights)).report.to_json()
+        prefill_chunk=args.chunk, weights=args.weights)).report.to_json()
     engine = load_engine(out, threads=args.threads)
 
     from transformers import AutoModelForCausalLM

@@ -202,7 +202,7 @@ def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -
     out = bench_dir() / f"{ckpt.name}-cpu-{fmt}"
     result = compile_model(CompileOptions(model_dir=ckpt, out_dir=out,
                                           model_id=f"{ckpt.name}-{fmt}", max_context=N_CTX,
-                                          max_prefill_chunk=PREFILL_TOKENS, weights=fmt,
+                                          prefill_chunk=PREFILL_TOKENS, weights=fmt,
                                           kv_dtype="f16"))
     engine = load_engine(out, threads=threads)
     # engine.forward(ids, pos) overwrites the KV cache from pos on: nothing to reset

@@ -68,7 +68,7 @@ def main() -> None:
         out = root / f"qwen3-{args.size}-cpu-serve-c{args.chunk}"
         compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id=f"qwen3-{args.size}",
                                      max_context=args.max_context,
-                                     max_prefill_chunk=args.chunk,
+                                     prefill_chunk=args.chunk,
                                      max_concurrency=max(levels), python_module=False))
 
     command = " ".join([".venv/bin/python benchmarks/bench_serving.py",

@@ -29,7 +29,7 @@ BENCH_CONFIG = dict(vocab_size=32768, hidden_size=1024, intermediate_size=3072,
                     num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
                     head_dim=128, max_position_embeddings=4096, rms_norm_eps=1e-6,
                     rope_theta=1000000.0, tie_word_embeddings=True)
-BENCH_LIMITS = dict(max_context=1024, max_prefill_chunk=256, max_concurrency=8)
+BENCH_LIMITS = dict(max_context=1024, prefill_chunk=256, max_concurrency=8)
 
 
 def bench_checkpoint(out: Path, tokenizer_from: Path) -> Path:

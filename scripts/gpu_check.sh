@@ -31,7 +31,7 @@ def tiny(name, t, **options):
     out = root / f"qwen3-tiny-{t}-{name}"
     compile_model(CompileOptions(model_dir=model.checkpoint, target=t, out_dir=out,
                                  model_id="qwen3-tiny", max_context=MAX_CONTEXT,
-                                 max_prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+                                 prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
                                  python_module=False, **options))
     tidy(out)
 # f32 KV caches where the run compares with transformers, which does not round them.

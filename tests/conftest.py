@@ -153,7 +153,7 @@ def compiled(name: str) -> CompiledModel:
     # at f32 tolerances. The f16 cache is served end to end by test_cli's default compile
     # and test_quantized's kv:f16 build.
     compile_model(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out, model_id=name,
-                                 max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK,
+                                 max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
                                  kv_dtype="f32"))
     return CompiledModel(name, ckpt, out, eos)
 

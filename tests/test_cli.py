@@ -37,6 +37,11 @@ def test_demo_checkpoint_is_deterministic(tmp_path):
     (["--memory-gib", "0.001"], "does not fit"),
     (["--prefill-projections", "coop"], "needs a CUDA target"),
     (["--target", "h100", "--kv-dtype", "int8"], "reads f32, f16, bf16 KV caches"),
+    # a value given is never clamped to another; the old flag spelling still works
+    (["--max-context", "256", "--prefill-chunk", "512"],
+     "--prefill-chunk 512 must be in [1, --max-context 256]"),
+    (["--max-context", "256", "--max-prefill-chunk", "300"],
+     "--prefill-chunk 300 must be in [1, --max-context 256]"),
 ])
 def test_compile_errors_are_clear(tmp_path, args, message):
     r = run("-m", "ninfer.cli", "-o", str(tmp_path / "out"), *args)
@@ -52,6 +57,7 @@ def test_default_compile_then_chat_prints_reply_and_timings():
             "--no-python-module")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(out.resolve())
+    assert "serve limits: context 512, prefill chunk 512, concurrency 8" in r.stderr
     report = json.loads((out / "compile_report.json").read_text())
     assert report["model_id"] == "ninfer-demo"
     assert report["architecture"] == "Qwen3ForCausalLM"

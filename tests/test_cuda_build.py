@@ -30,7 +30,7 @@ def gpu_build(request, qwen3_model):
     out = TEST_MODELS / f"qwen3-tiny-{request.param}"
     result = compile_model(CompileOptions(
         model_dir=qwen3_model.checkpoint, target=request.param, out_dir=out,
-        model_id="qwen3-tiny", max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK))
+        model_id="qwen3-tiny", max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK))
     return request.param, result
 
 
@@ -97,7 +97,7 @@ def test_coop_prefill_projections_are_routed_and_verified(qwen3_model):
     out = TEST_MODELS / "qwen3-tiny-rtx4080s-coop"
     result = compile_model(CompileOptions(
         model_dir=qwen3_model.checkpoint, target="rtx4080s", out_dir=out,
-        model_id="qwen3-tiny", max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK,
+        model_id="qwen3-tiny", max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
         prefill_projections="coop"))
     rows = [r for r in result.report.to_json()["launches"] if r["kernel"].startswith("coop_")]
     assert rows, "no cooperative launches in the report"
@@ -123,7 +123,7 @@ def test_16bit_weights_and_kv_build_for_cuda(qwen3_model):
     out = TEST_MODELS / "qwen3-tiny-h200-bf16"
     result = compile_model(CompileOptions(
         model_dir=qwen3_model.checkpoint, target="h200", out_dir=out, model_id="qwen3-tiny",
-        max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK, weights="bf16",
+        max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK, weights="bf16",
         weight_overrides=(("lm_head", "f16"),), kv_dtype="f16"))
     report = result.report.to_json()
     assert set(report["plan"]["weights"].values()) == {"bf16", "f16"}
@@ -150,7 +150,7 @@ def test_quantized_weights_build_for_cuda(qwen3_model):
     out = TEST_MODELS / "qwen3-tiny-rtx4080s-q4g64"
     result = compile_model(CompileOptions(
         model_dir=qwen3_model.checkpoint, target="rtx4080s", out_dir=out, model_id="qwen3-tiny",
-        max_context=MAX_CONTEXT, max_prefill_chunk=PREFILL_CHUNK, weights="q4g64",
+        max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK, weights="q4g64",
         weight_overrides=(("lm_head", "q8g32"),)))
     report = result.report.to_json()
     matmuls = {row["kernel"] for row in report["launches"] if row["kernel"].startswith("matmul_")}
@@ -184,7 +184,7 @@ def test_verifier_failure_leaves_its_dump(tmp_path):
     dump = tmp_path / "dump"
     with pytest.raises(LaunchVerificationError, match=r"registers per thread \d+ exceeds 40"):
         compile_model(CompileOptions(model_dir=ckpt, target=str(tight), out_dir=tmp_path / "out",
-                                     max_context=128, max_prefill_chunk=32, dump_dir=dump))
+                                     max_context=128, prefill_chunk=32, dump_dir=dump))
     assert sorted(p.name for p in dump.iterdir()) == ["graph.json", "kernels.json",
                                                        "launches.json", "plan.json"]
     proof = json.loads((dump / "launches.json").read_text())
@@ -193,4 +193,4 @@ def test_verifier_failure_leaves_its_dump(tmp_path):
     assert failing and all(int(row["registers"]) > 40 for row in failing)
     kernels = json.loads((dump / "kernels.json").read_text())
     assert {k["name"] for k in kernels["kernels"]} == {la["spec"] for la in kernels["launches"]}
-    assert json.loads((dump / "plan.json").read_text())["limits"]["max_prefill_chunk"] == 32
+    assert json.loads((dump / "plan.json").read_text())["limits"]["prefill_chunk"] == 32

@@ -129,7 +129,7 @@ def test_plan_fails_with_numbers_when_memory_does_not_fit(tmp_path):
     target = load_target("cpu").with_overrides(memory_gib=0.01)
     with pytest.raises(PlanError, match=r"budget of 10\.2 MiB: weights .* MiB \+ activations "
                        r".* leave 0\.0 MiB for the KV cache, which needs .* MiB for 32 blocks"):
-        make_plan(graph, target, ServeLimits(max_context=512, max_prefill_chunk=64))
+        make_plan(graph, target, ServeLimits(max_context=512, prefill_chunk=64))
 
 
 def test_plan_sizes_the_paged_kv_pool(tmp_path):
@@ -155,7 +155,7 @@ def test_plan_sizes_the_paged_kv_pool(tmp_path):
 def test_plan_rejects_context_beyond_model(tmp_path):
     graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
     with pytest.raises(PlanError, match="max_position_embeddings 512"):
-        make_plan(graph, load_target("cpu"), ServeLimits(max_context=1024, max_prefill_chunk=8))
+        make_plan(graph, load_target("cpu"), ServeLimits(max_context=1024, prefill_chunk=8))
 
 
 def test_rope_tables_match_transformers():

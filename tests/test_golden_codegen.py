@@ -41,11 +41,11 @@ FILES = ("model.cpp", "kernels.h", "launch.cpp")  # CMakeLists.txt holds machine
 GOLDEN_CUDA = Path(__file__).parent / "golden" / "qwen2-mini-rtx4080s"
 CUDA_FILES = ("model.cpp", "kernels.h", "launch.cu")
 RESOURCES = GOLDEN_CUDA / "resource-usage.json"
-LIMITS = ServeLimits(max_context=128, max_prefill_chunk=32)
+LIMITS = ServeLimits(max_context=128, prefill_chunk=32)
 # A prefill chunk large enough that the cooperative family's routes meet the resident
 # budget: the boundaries the verifier derives show in the snapshot.
 CUDA_CONFIG = {**BASE, "head_dim": 32, "max_position_embeddings": 2048}
-CUDA_LIMITS = ServeLimits(max_context=2048, max_prefill_chunk=2048)
+CUDA_LIMITS = ServeLimits(max_context=2048, prefill_chunk=2048)
 
 
 def _elide_device_code(text: str) -> str:
@@ -148,7 +148,7 @@ def test_cuda_launch_code_matches_golden(tmp_path):
         RESOURCES.write_text(json.dumps({"arch": target.arch,
                                          "nvcc": nvcc_version(find_nvcc()),
                                          "sources": record}, indent=1) + "\n")
-    backend = cuda_backend(verified, plan.limits.max_prefill_chunk, nvcc="nvcc")
+    backend = cuda_backend(verified, plan.limits.prefill_chunk, nvcc="nvcc")
     tree = render_tree(graph, plan, target, "qwen2-mini", backend, tmp_path / "src",
                        tmp_path / "out")
     _compare(tree.directory, GOLDEN_CUDA, CUDA_FILES, target.stable_hash())

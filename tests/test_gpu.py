@@ -48,7 +48,7 @@ def gpu_model(request):
     out = TEST_MODELS / f"qwen3-tiny-{target}"
     compile_model(CompileOptions(model_dir=qwen3_model.checkpoint, target=target, out_dir=out,
                                  model_id="qwen3-tiny", max_context=MAX_CONTEXT,
-                                 max_prefill_chunk=PREFILL_CHUNK, kv_dtype="f32"))
+                                 prefill_chunk=PREFILL_CHUNK, kv_dtype="f32"))
     return out
 
 

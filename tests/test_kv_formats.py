@@ -111,7 +111,7 @@ def test_smaller_kv_format_holds_more_tokens_in_the_same_memory(tmp_path):
     tokens at f16/bf16, 4x at fp8, ~3.8x at int8 and ~7x at int4; the report's table says
     so for every format whatever the chosen one."""
     graph = _graph(tmp_path, 32)
-    limits = dict(max_context=4096, max_prefill_chunk=64, max_concurrency=64)
+    limits = dict(max_context=4096, prefill_chunk=64, max_concurrency=64)
     mem = make_plan(graph, load_target("cpu"), ServeLimits(**limits)).memory
     fixed = mem.weights_bytes + mem.activation_bytes + mem.workspace_bytes
     # 8 MiB left for the KV cache: below 64 x 4096 tokens even at int4 (36 B per token)

@@ -20,6 +20,7 @@ MODEL = Path("model")
     ({"weight_overrides": (("lm_head", "int2"),)}, "weight format 'int2'"),
     ({"kv_dtype": "int2"}, "--kv-dtype 'int2' is not one of"),
     ({"kv_capacity": -1}, "--kv-capacity -1"),
+    ({"prefill_chunk": 0}, "--prefill-chunk 0 must be at least 1"),
 ])
 def test_invalid_options_are_refused_when_made(options, message):
     with pytest.raises(OptionsError, match=message):
@@ -34,7 +35,32 @@ def test_target_checks_and_resolved_values():
         CompileOptions(MODEL, kv_dtype="int8").check_target(gpu)
     auto = CompileOptions(MODEL)
     assert (auto.projections(cpu), auto.projections(gpu)) == ("tvm", "coop")
-    limits = CompileOptions(MODEL, max_context=64, max_prefill_chunk=512).serve_limits(cpu)
-    assert (limits.max_prefill_chunk, limits.gemv_max_rows) == (64, 8)  # chunk <= context
-    assert CompileOptions(MODEL, weights="q8g32").serve_limits(cpu).gemv_max_rows == 4
-    assert CompileOptions(MODEL).serve_limits(gpu).gemv_max_rows == 4
+    assert CompileOptions(MODEL).serve_limits(cpu, 40960).gemv_max_rows == 8
+    assert CompileOptions(MODEL, weights="q8g32").serve_limits(cpu, 40960).gemv_max_rows == 4
+    assert CompileOptions(MODEL).serve_limits(gpu, 40960).gemv_max_rows == 4
+
+
+def _limits(opts: CompileOptions, positions: int) -> tuple[int, int, int]:
+    lim = opts.serve_limits(load_target("cpu"), positions)
+    return lim.max_context, lim.prefill_chunk, lim.max_concurrency
+
+
+def test_limits_left_out_fit_the_model_and_say_so():
+    # a 40960-position model: the defaults as they are, and one note for the context
+    assert _limits(CompileOptions(MODEL), 40960) == (4096, 512, 8)
+    [note] = CompileOptions(MODEL).limit_notes(40960)
+    assert "--max-context not given: 4096 tokens" in note and "(40960)" in note
+    # a 2048-position checkpoint compiles without flags (it used to fail)
+    assert _limits(CompileOptions(MODEL), 2048) == (2048, 512, 8)
+    assert "2048 tokens" in CompileOptions(MODEL).limit_notes(2048)[0]
+    # a small context caps the default chunk, a small chunk the default concurrency
+    opts = CompileOptions(MODEL, max_context=256, prefill_chunk=4)
+    assert _limits(opts, 1024) == (256, 4, 4)
+    assert _limits(CompileOptions(MODEL, max_context=256), 1024) == (256, 256, 8)
+    [note] = CompileOptions(MODEL, max_context=256).limit_notes(1024)
+    assert note.startswith("--prefill-chunk not given: 256 rows per step")
+    [note] = opts.limit_notes(1024)
+    assert note.startswith("--max-concurrency not given: 4")
+    # values given are never changed: a contradiction is refused by make_plan
+    assert _limits(CompileOptions(MODEL, max_context=64, prefill_chunk=512), 1024) == (
+        64, 512, 8)

@@ -41,7 +41,7 @@ def small_pool_model(request: pytest.FixtureRequest, qwen3_model) -> Path:
     out = TEST_MODELS / f"qwen3-tiny-kv{request.param}-pool128-cpu"
     compile_model(CompileOptions(model_dir=qwen3_model.checkpoint, target="cpu", out_dir=out,
                                  model_id="qwen3-tiny", max_context=CONTEXT,
-                                 max_prefill_chunk=16, max_concurrency=4,
+                                 prefill_chunk=16, max_concurrency=4,
                                  kv_capacity=CONTEXT, kv_dtype=request.param,
                                  python_module=False))
     return out

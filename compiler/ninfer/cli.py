@@ -24,12 +24,19 @@ console = Console(stderr=True)
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Output directory (default: build/<model>-<target>).")
 @click.option("--model-id", help="Model id served by /v1/models (default: directory name).")
-@click.option("--max-context", default=4096, show_default=True, type=click.IntRange(2),
-              help="Compiled maximum context (prompt + reply) in tokens.")
-@click.option("--max-prefill-chunk", default=512, show_default=True, type=click.IntRange(1),
-              help="Largest number of prompt tokens in one forward pass.")
-@click.option("--max-concurrency", default=8, show_default=True, type=click.IntRange(1),
-              help="Compiled maximum sequences per step (continuous batching slots).")
+@click.option("--max-context", type=click.IntRange(2),
+              help="Compiled maximum context (prompt + reply) in tokens; the server's "
+                   "--max-context may lower it. Default: min(4096, the model's "
+                   "max_position_embeddings).")
+@click.option("--prefill-chunk", "--max-prefill-chunk", "prefill_chunk",
+              type=click.IntRange(1),
+              help="Compiled token rows per step (decode rows of every running request + "
+                   "prompt chunks); the server's --prefill-chunk may lower it. Default: "
+                   "min(512, the max context). --max-prefill-chunk is its old spelling.")
+@click.option("--max-concurrency", type=click.IntRange(1),
+              help="Compiled maximum requests running at once (continuous batching slots); "
+                   "the server's --max-concurrency may lower it. Default: min(8, the "
+                   "prefill chunk).")
 @click.option("--kv-capacity", default="auto", show_default=True,
               help="Tokens in the paged KV pool: 'auto' (every slot at full context, capped "
                    "by the memory left after weights and activations) or a number.")
@@ -59,7 +66,8 @@ console = Console(stderr=True)
               help="Print the launch verification table (GPU targets): kernel, registers, "
                    "shared memory, CTAs/SM, resident budget, largest size that fits.")
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
-         max_context: int, max_prefill_chunk: int, max_concurrency: int, kv_capacity: str,
+         max_context: int | None, prefill_chunk: int | None, max_concurrency: int | None,
+         kv_capacity: str,
          weights: str, weight_overrides: tuple[str, ...], kv_dtype: str,
          memory_gib: float | None,
          no_python_module: bool, dump_dir: Path | None, prefill_projections: str,
@@ -88,7 +96,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
     try:
         opts = CompileOptions(model_dir=model_dir, target=target, out_dir=out_dir,
                               model_id=model_id, max_context=max_context,
-                              max_prefill_chunk=max_prefill_chunk,
+                              prefill_chunk=prefill_chunk,
                               max_concurrency=max_concurrency,
                               kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
                               weights=weights, weight_overrides=tuple(overrides),
@@ -101,6 +109,11 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
         console.print(f"[red]error:[/red] {exc}")
         sys.exit(1)
     report = result.report
+    for note in report.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    limits = report.plan.limits
+    console.print(f"  serve limits: context {limits.max_context}, prefill chunk "
+                  f"{limits.prefill_chunk}, concurrency {limits.max_concurrency}")
     if explain:
         _print_launches(report.launches, target)
     for stage, seconds in report.stage_seconds.items():

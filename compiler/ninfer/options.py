@@ -25,6 +25,13 @@ CUDA_KV_DTYPES = ("f32", "f16", "bf16")
 # row, so past 4 rows their GEMM wins. The CUDA schedules keep 4.
 GEMV_MAX_ROWS_CPU_FLOAT = 8
 GEMV_MAX_ROWS = 4
+# Defaults of the serve limits the user leaves out. Each is also capped by the limit it
+# depends on (the model's positions, the context, the prefill chunk), and the compile says
+# so; a value the user gives is never changed: if it contradicts another, ServeLimits
+# refuses it with both numbers.
+DEFAULT_MAX_CONTEXT = 4096
+DEFAULT_PREFILL_CHUNK = 512
+DEFAULT_MAX_CONCURRENCY = 8
 
 
 class OptionsError(ValueError):
@@ -37,9 +44,10 @@ class CompileOptions:
     target: str = "cpu"
     out_dir: Path | None = None
     model_id: str | None = None
-    max_context: int = 4096
-    max_prefill_chunk: int = 512
-    max_concurrency: int = 8
+    # Serve limits; None: the defaults below, fitted to the model (see serve_limits).
+    max_context: int | None = None
+    prefill_chunk: int | None = None
+    max_concurrency: int | None = None
     kv_capacity: int = 0  # tokens; 0 = auto
     weights: str = "f32"  # matmul weight format (plan.FORMAT_WDTYPES)
     weight_overrides: tuple[tuple[str, str], ...] = ()  # (role, format), e.g. lm_head
@@ -67,6 +75,11 @@ class CompileOptions:
         if self.kv_dtype not in KV_DTYPES:
             raise OptionsError(f"--kv-dtype {self.kv_dtype!r} is not one of "
                                f"{', '.join(KV_DTYPES)}")
+        for flag, value in (("--max-context", self.max_context),
+                            ("--prefill-chunk", self.prefill_chunk),
+                            ("--max-concurrency", self.max_concurrency)):
+            if value is not None and value < 1:
+                raise OptionsError(f"{flag} {value} must be at least 1")
         if self.kv_capacity < 0:
             raise OptionsError(f"--kv-capacity {self.kv_capacity} must be a positive number "
                                "of tokens, or 0 for auto")
@@ -91,13 +104,38 @@ class CompileOptions:
             return "coop" if target.is_cuda else "tvm"
         return "coop" if self.prefill_projections == "coop" else "tvm"
 
-    def serve_limits(self, target: Target) -> ServeLimits:
+    def serve_limits(self, target: Target, max_positions: int) -> ServeLimits:
+        """The serve limits for a model with `max_positions` positions (its
+        max_position_embeddings); checked against the model by make_plan."""
         formats = {self.weights, *(fmt for _, fmt in self.weight_overrides)}
         floats = formats <= {"f32", "f16", "bf16"}
         gemv_rows = GEMV_MAX_ROWS_CPU_FLOAT if target.kind == "cpu" and floats else GEMV_MAX_ROWS
-        return ServeLimits(self.max_context, min(self.max_prefill_chunk, self.max_context),
-                           max_concurrency=self.max_concurrency, gemv_max_rows=gemv_rows,
+        context, chunk, concurrency = self._limit_values(max_positions)
+        return ServeLimits(context, chunk, max_concurrency=concurrency, gemv_max_rows=gemv_rows,
                            kv_capacity=self.kv_capacity, kv_dtype=self.kv_dtype)
+
+    def limit_notes(self, max_positions: int) -> tuple[str, ...]:
+        """What the compile says about each serve limit it chose (the ones not given)."""
+        context, chunk, concurrency = self._limit_values(max_positions)
+        notes = []
+        if self.max_context is None:
+            notes.append(f"--max-context not given: {context} tokens, the smaller of "
+                         f"{DEFAULT_MAX_CONTEXT} and the model's max_position_embeddings "
+                         f"({max_positions})")
+        if self.prefill_chunk is None and chunk < DEFAULT_PREFILL_CHUNK:
+            notes.append(f"--prefill-chunk not given: {chunk} rows per step, the max context "
+                         f"(the default {DEFAULT_PREFILL_CHUNK} is larger)")
+        if self.max_concurrency is None and concurrency < DEFAULT_MAX_CONCURRENCY:
+            notes.append(f"--max-concurrency not given: {concurrency}, the prefill chunk "
+                         f"(the default {DEFAULT_MAX_CONCURRENCY} is larger; every running "
+                         "request needs a row in each step)")
+        return tuple(notes)
+
+    def _limit_values(self, max_positions: int) -> tuple[int, int, int]:
+        context = self.max_context or min(DEFAULT_MAX_CONTEXT, max_positions)
+        chunk = self.prefill_chunk or min(DEFAULT_PREFILL_CHUNK, context)
+        concurrency = self.max_concurrency or min(DEFAULT_MAX_CONCURRENCY, chunk)
+        return context, chunk, concurrency
 
     def weight_formats(self) -> WeightFormats:
         return WeightFormats(self.weights, tuple(self.weight_overrides))

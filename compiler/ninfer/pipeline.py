@@ -64,7 +64,9 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
 
     # 3. Plan: serve limits, kernel instances per role, memory budget.
     with stage("plan"):
-        plan = make_plan(model.graph, target, opts.serve_limits(target), opts.weight_formats())
+        positions = model.graph.config.max_position_embeddings
+        plan = make_plan(model.graph, target, opts.serve_limits(target, positions),
+                         opts.weight_formats())
     dump.json("plan.json", plan.to_json())
 
     model_id = opts.resolved_model_id
@@ -107,7 +109,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     report = CompileReport(model_id, model.graph.config.architecture, target, plan,
                            tuple((s.name(), s.family) for s in plan.unique_kernels()),
                            tuple(str(p.relative_to(out_dir)) for p in tree.files),
-                           launches, stage.seconds)
+                           launches, stage.seconds, opts.limit_notes(positions))
     report_path = out_dir / "compile_report.json"
     report_path.write_text(json.dumps(report.to_json(), indent=2))
     dump.json("report.json", report.to_json())
@@ -121,7 +123,8 @@ def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
     limits and tokenizer must not, or the server refuses the artifact."""
     target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
     model = read_model(opts.model_dir)
-    plan = make_plan(model.graph, target, opts.serve_limits(target), opts.weight_formats())
+    limits = opts.serve_limits(target, model.graph.config.max_position_embeddings)
+    plan = make_plan(model.graph, target, limits, opts.weight_formats())
     return write_model(path, model, plan, target, opts.resolved_model_id)
 
 
@@ -143,7 +146,7 @@ def _cuda_stages(plan: Plan, target: Target, num_heads: int, opts: CompileOption
     dump.json("launches.json", {"launches": [r.to_json() for r in rows],
                                 "violations": [str(v) for v in verified.violations]})
     verified.raise_if_failed()
-    return cuda_backend(verified, plan.limits.max_prefill_chunk, str(find_nvcc())), rows
+    return cuda_backend(verified, plan.limits.prefill_chunk, str(find_nvcc())), rows
 
 
 def _kernel_table(plan: Plan, launches: Sequence[CudaLaunch] = ()) -> dict[str, object]:

@@ -69,7 +69,7 @@ class WeightFormats:
 @dataclass(frozen=True)
 class ServeLimits:
     max_context: int  # tokens per sequence
-    max_prefill_chunk: int  # rows per step: decode rows of every sequence + prompt chunks
+    prefill_chunk: int  # rows per step: decode rows of every sequence + prompt chunks
     max_concurrency: int = 1  # sequences per step (slots of the block table)
     gemv_max_rows: int = 4  # row counts up to this use the GEMV schedule, above it GEMM
     kv_block_size: int = 16  # tokens per KV block
@@ -84,13 +84,14 @@ class ServeLimits:
             raise PlanError(
                 f"--max-context {self.max_context} exceeds the model's "
                 f"max_position_embeddings {cfg.max_position_embeddings}; pass a smaller value")
-        if not 1 <= self.max_prefill_chunk <= self.max_context:
-            raise PlanError(f"--max-prefill-chunk {self.max_prefill_chunk} must be in "
-                            f"[1, max context {self.max_context}]")
-        if not 1 <= self.max_concurrency <= self.max_prefill_chunk:
-            raise PlanError(f"--max-concurrency {self.max_concurrency} must be in [1, prefill "
-                            f"chunk {self.max_prefill_chunk}]: every running sequence decodes "
-                            "one row per step")
+        if not 1 <= self.prefill_chunk <= self.max_context:
+            raise PlanError(f"--prefill-chunk {self.prefill_chunk} must be in "
+                            f"[1, --max-context {self.max_context}]: a step never holds more "
+                            "rows than one request's context; lower it or raise the context")
+        if not 1 <= self.max_concurrency <= self.prefill_chunk:
+            raise PlanError(f"--max-concurrency {self.max_concurrency} must be in [1, "
+                            f"--prefill-chunk {self.prefill_chunk}]: every running request "
+                            "decodes one row per step; lower it or raise the prefill chunk")
         if self.kv_block_size not in (8, 16, 32, 64):
             raise PlanError(f"kv block size {self.kv_block_size} must be 8, 16, 32 or 64")
         if self.kv_dtype not in KV_DTYPES:
@@ -209,7 +210,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     buffers = {"x": h, "res": h, "h": h, "q": q_dim, "qr": q_dim, "k": kv_dim, "kn": kv_dim,
                "kr": kv_dim, "v": kv_dim, "att": q_dim, "o": h, "gu": 2 * inter,
                "act": inter}
-    chunk, conc = limits.max_prefill_chunk, limits.max_concurrency
+    chunk, conc = limits.prefill_chunk, limits.max_concurrency
     weights_bytes = sum(weight_bytes(w, weights) for w in graph.weights)
     weights_bytes += 2 * 4 * limits.max_context * (d // 2)  # rope tables
     activation_bytes = 4 * (chunk * sum(buffers.values()) + conc * (h + v))

@@ -50,6 +50,7 @@ class CompileReport:
     generated: tuple[str, ...]  # generated files, relative to the output directory
     launches: tuple[LaunchRow, ...]  # CUDA: every launch the runtime can make
     stage_seconds: dict[str, float]
+    notes: tuple[str, ...] = ()  # serve limits the compile chose (options.limit_notes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,4 +63,5 @@ class CompileReport:
             "generated": list(self.generated),
             "launches": [row.to_json() for row in self.launches],
             "stage_seconds": self.stage_seconds,
+            "notes": list(self.notes),
         }

@@ -73,7 +73,7 @@ def build(checkpoint: Path, fmt: str, out_root: Path, model_id: str) -> Path:
     name = f"{model_id}-{fmt.replace(':', '-').replace('+', '-')}"
     out = out_root / name
     compile_model(CompileOptions(model_dir=checkpoint, target="cpu", out_dir=out,
-                                 model_id=name, max_context=256, max_prefill_chunk=16,
+                                 model_id=name, max_context=256, prefill_chunk=16,
                                  max_concurrency=1, weights=weights, kv_dtype=kv))
     return out
 

@@ -143,7 +143,7 @@ def soak(build_dir: Path | None, url: str | None, threads: int | None,
 @_server_options
 @click.option("--prefill-chunk", type=click.IntRange(1),
               help="The server's prefill chunk (default: its startup line, else "
-                   "compile_report.json plan.limits.max_prefill_chunk).")
+                   "compile_report.json plan.limits.prefill_chunk).")
 @click.option("--prefill-multiple", default=8, show_default=True, type=click.IntRange(1),
               help="B's prompt is this many prefill chunks.")
 @click.option("--decode-tokens", default=64, show_default=True, type=click.IntRange(4),

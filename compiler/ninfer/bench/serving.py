@@ -243,7 +243,7 @@ def run_serving(endpoint: Endpoint, cfg: ServingConfig, command: str,
     limits = compiled_limits(endpoint.build_dir)
     m = endpoint.server_line(r"(\d+) concurrent requests, (\d+) tokens per step")
     chunk = cfg.prefill_chunk or (int(m.group(2)) if m else None) or \
-        limits.get("max_prefill_chunk")
+        limits.get("prefill_chunk")
     if not chunk:
         raise BenchError("the server's prefill chunk is unknown: pass --prefill-chunk (or a "
                          "BUILD_DIR with compile_report.json)")

@@ -94,7 +94,7 @@ def route_coop(target: Target, variants: Sequence[CoopProjectionSpec],
     """
     if not variants:
         raise ValueError("route_coop needs at least one variant")
-    limits = RuntimeLimits(max_prefill_chunk=max_tokens, max_spill_bytes=max_spill_bytes)
+    limits = RuntimeLimits(prefill_chunk=max_tokens, max_spill_bytes=max_spill_bytes)
     alone = verify(target, [coop_launch(v) for v in variants], resources, limits)
     by_split = sorted(zip(variants, alone.checks, strict=True), key=lambda vc: -vc[0].split)
     routes: list[CoopRoute] = []

@@ -64,7 +64,7 @@ class VerifiedCuda:
 
 def max_rows_per_spec(plan: Plan, num_heads: int) -> dict[str, int]:
     """The largest `n` the step program passes to each kernel instance."""
-    chunk, seqs = plan.limits.max_prefill_chunk, plan.limits.max_concurrency
+    chunk, seqs = plan.limits.prefill_chunk, plan.limits.max_concurrency
     rows: dict[str, int] = {}
     for role, spec in plan.kernels.items():
         if role == "head_norm":
@@ -95,7 +95,7 @@ def verify_model_launches(module: CudaModule, target: Target, plan: Plan, num_he
     used = resources(module.source, target.arch)
     rows = max_rows_per_spec(plan, num_heads)
     report = verify(target, model_launch_specs(module, rows), used,
-                    RuntimeLimits(max_prefill_chunk=max(rows.values())))
+                    RuntimeLimits(prefill_chunk=max(rows.values())))
     return VerifiedModule(module, used, report, rows)
 
 
@@ -108,7 +108,7 @@ def verify_cuda_model(module: CudaModule, target: Target, plan: Plan, num_heads:
         return VerifiedCuda(kernels)
     shapes = coop_projections(plan.kernels)
     try:
-        routers = route_projections(target, shapes, plan.limits.max_prefill_chunk, resources)
+        routers = route_projections(target, shapes, plan.limits.prefill_chunk, resources)
     except LaunchVerificationError as exc:
         return VerifiedCuda(kernels, coop_violations=exc.violations)
     return VerifiedCuda(kernels, {role: routers[shape] for role, shape in shapes.items()})

@@ -48,14 +48,14 @@ class LaunchVerificationError(ValueError):
 class RuntimeLimits:
     """The sizes the compiled runtime may request, and the verifier's own bounds."""
 
-    max_prefill_chunk: int
+    prefill_chunk: int
     max_concurrency: int = 1
     max_draft: int = 0
     max_spill_bytes: int = 0
 
     def sizes(self, axis: Axis) -> tuple[int, int]:
         """Inclusive range of an axis. `rows` covers every batch x (draft + 1)."""
-        hi = {"tokens": self.max_prefill_chunk, "batch": self.max_concurrency,
+        hi = {"tokens": self.prefill_chunk, "batch": self.max_concurrency,
               "rows": self.max_concurrency * (self.max_draft + 1)}[axis]
         return 1, hi
 
