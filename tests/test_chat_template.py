@@ -79,7 +79,7 @@ def formats() -> dict[str, ChatFormat]:
 def chat_ext(tmp_path_factory):
     return build_extension(
         "ninfer_chat_ext",
-        ["chat_format.cpp", "python/bind_chat.cpp"],
+        ["text/chat_format.cpp", "python/bind_chat.cpp"],
         ["ninfer_bind_chat"],
         tmp_path_factory.mktemp("chat"),
     )

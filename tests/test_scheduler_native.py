@@ -28,11 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "runtime_cpp"
 NATIVE = ROOT / "tests" / "native"
 RUNTIME_SOURCES = [
-    "engine.cpp", "scheduler.cpp", "kv_blocks.cpp", "metrics.cpp", "request_log.cpp",
-    "sampling.cpp", "stop_matcher.cpp", "tokenizer.cpp", "tokenizer_json.cpp", "bpe.cpp",
-    "pretokenize.cpp", "pcre2_regex.cpp", "added_tokens.cpp", "unicode_nfc.cpp", "utf8.cpp",
+    "engine/engine.cpp", "engine/scheduler.cpp", "engine/kv_blocks.cpp", "observe/metrics.cpp",
+    "observe/request_log.cpp", "engine/sampling.cpp", "engine/stop_matcher.cpp",
+    "text/tokenizer.cpp", "text/tokenizer_json.cpp", "text/bpe.cpp", "text/pretokenize.cpp",
+    "text/pcre2_regex.cpp", "text/added_tokens.cpp", "text/unicode/nfc.cpp", "text/utf8.cpp",
 ]
-SERVER_SOURCES = ["server.cpp", "api.cpp", "artifact.cpp", "chat_format.cpp"]
+SERVER_SOURCES = ["server/server.cpp", "server/api.cpp", "model/artifact.cpp",
+                  "text/chat_format.cpp"]
 
 
 def _build(out: Path, name: str, srcs: list[Path], libs: list[str]) -> Path:
@@ -41,7 +43,7 @@ def _build(out: Path, name: str, srcs: list[Path], libs: list[str]) -> Path:
     cxx = ["ccache", "c++"] if shutil.which("ccache") else ["c++"]
     flags = ["-std=c++17", "-O1", "-g", "-pthread", "-Wall", f"-I{RUNTIME}"]
     digest = hashlib.sha256()
-    for f in [*srcs, *sorted(RUNTIME.glob("*.h")), *sorted(NATIVE.glob("*.h"))]:
+    for f in [*srcs, *sorted(RUNTIME.rglob("*.h")), *sorted(NATIVE.glob("*.h"))]:
         digest.update(f.read_bytes())
     binary, stamp = out / name, out / f"{name}.sha256"
     if binary.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():

@@ -1,4 +1,4 @@
-"""The C++ tokenizer (runtime_cpp/tokenizer.h) against Hugging Face `tokenizers`.
+"""The C++ tokenizer (runtime_cpp/text/tokenizer.h) against Hugging Face `tokenizers`.
 
 Ids, decoded text and streamed text must be identical to HF for the demo tokenizers and for
 variants exercising every supported component option.
@@ -24,14 +24,14 @@ from ninfer.demo.tokenizer import LLAMA3_SPECIAL, QWEN_NOT_SPECIAL, QWEN_SPECIAL
 pytestmark = pytest.mark.unit
 
 SOURCES = [
-    "tokenizer.cpp",
-    "tokenizer_json.cpp",
-    "added_tokens.cpp",
-    "bpe.cpp",
-    "pretokenize.cpp",
-    "pcre2_regex.cpp",
-    "unicode_nfc.cpp",
-    "utf8.cpp",
+    "text/tokenizer.cpp",
+    "text/tokenizer_json.cpp",
+    "text/added_tokens.cpp",
+    "text/bpe.cpp",
+    "text/pretokenize.cpp",
+    "text/pcre2_regex.cpp",
+    "text/unicode/nfc.cpp",
+    "text/utf8.cpp",
     "python/bind_tokenizer.cpp",
 ]
 STYLES = ("qwen", "llama3")

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "chat_format.h"
+#include "text/chat_format.h"
 
 namespace py = pybind11;
 

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "artifact.h"
-#include "chat_format.h"
-#include "backend.h"
-#include "model.h"
-#include "sampling.h"
-#include "tokenizer.h"
+#include "model/artifact.h"
+#include "text/chat_format.h"
+#include "backend/backend.h"
+#include "model/model.h"
+#include "engine/sampling.h"
+#include "text/tokenizer.h"
 
 namespace py = pybind11;
 

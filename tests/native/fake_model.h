@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model.h"
-#include "tokenizer.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 #define CHECK(cond)                                                                   \
   do {                                                                                \

@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
-#include "artifact.h"
-#include "backend.h"
+#include "model/artifact.h"
+#include "backend/backend.h"
 #include "fake_model.h"
-#include "model.h"
+#include "model/model.h"
 
 namespace ninfer {
 

@@ -20,15 +20,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "fake_model.h"
-#include "kv_blocks.h"
-#include "metrics.h"
-#include "model.h"
-#include "request_log.h"
-#include "sampling.h"
-#include "scheduler.h"
-#include "tokenizer.h"
+#include "engine/kv_blocks.h"
+#include "observe/metrics.h"
+#include "model/model.h"
+#include "observe/request_log.h"
+#include "engine/sampling.h"
+#include "engine/scheduler.h"
+#include "text/tokenizer.h"
 
 using namespace ninfer;
 using namespace ninfer::fake;

@@ -21,14 +21,15 @@ from ninfer.targets import Target
 # Model-independent runtime sources compiled into every server (runtime_cpp/), and the
 # sources of each backend.
 RUNTIME_SOURCES = (
-    "added_tokens.cpp", "api.cpp", "artifact.cpp", "bpe.cpp", "chat_format.cpp",
-    "engine.cpp", "kv_blocks.cpp", "metrics.cpp", "pcre2_regex.cpp", "pretokenize.cpp",
-    "request_log.cpp", "sampling.cpp", "scheduler.cpp", "stop_matcher.cpp", "tokenizer.cpp",
-    "tokenizer_json.cpp", "unicode_nfc.cpp", "utf8.cpp",
+    "text/added_tokens.cpp", "server/api.cpp", "model/artifact.cpp", "text/bpe.cpp",
+    "text/chat_format.cpp", "engine/engine.cpp", "engine/kv_blocks.cpp", "observe/metrics.cpp",
+    "text/pcre2_regex.cpp", "text/pretokenize.cpp", "observe/request_log.cpp",
+    "engine/sampling.cpp", "engine/scheduler.cpp", "engine/stop_matcher.cpp",
+    "text/tokenizer.cpp", "text/tokenizer_json.cpp", "text/unicode/nfc.cpp", "text/utf8.cpp",
 )
 BACKEND_SOURCES = {
-    "cpu": ("cpu_backend.cpp", "cpu_memory.cpp"),
-    "cuda": ("cuda_backend.cpp", "cuda_memory.cpp"),
+    "cpu": ("backend/cpu/cpu_backend.cpp", "backend/cpu/cpu_memory.cpp"),
+    "cuda": ("backend/cuda/cuda_backend.cpp", "backend/cuda/cuda_memory.cpp"),
 }
 
 
