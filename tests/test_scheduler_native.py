@@ -28,12 +28,14 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "runtime_cpp"
 NATIVE = ROOT / "tests" / "native"
 RUNTIME_SOURCES = [
-    "engine/engine.cpp", "engine/scheduler.cpp", "engine/kv_blocks.cpp", "observe/metrics.cpp",
+    "engine/engine.cpp", "engine/admission.cpp", "engine/request.cpp", "engine/clock.cpp",
+    "engine/scheduler.cpp", "engine/kv_blocks.cpp", "observe/metrics.cpp",
     "observe/request_log.cpp", "engine/sampling.cpp", "engine/stop_matcher.cpp",
     "text/tokenizer.cpp", "text/tokenizer_json.cpp", "text/bpe.cpp", "text/pretokenize.cpp",
     "text/pcre2_regex.cpp", "text/added_tokens.cpp", "text/unicode/nfc.cpp", "text/utf8.cpp",
 ]
-SERVER_SOURCES = ["server/server.cpp", "server/api.cpp", "model/artifact.cpp",
+SERVER_SOURCES = ["server/main.cpp", "server/options.cpp", "server/routes.cpp",
+                  "server/client_watch.cpp", "server/api.cpp", "model/artifact.cpp",
                   "text/chat_format.cpp"]
 
 

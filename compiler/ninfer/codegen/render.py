@@ -22,7 +22,8 @@ from ninfer.targets import Target
 # sources of each backend.
 RUNTIME_SOURCES = (
     "text/added_tokens.cpp", "server/api.cpp", "model/artifact.cpp", "text/bpe.cpp",
-    "text/chat_format.cpp", "engine/engine.cpp", "engine/kv_blocks.cpp", "observe/metrics.cpp",
+    "text/chat_format.cpp", "engine/admission.cpp", "engine/clock.cpp", "engine/engine.cpp",
+    "engine/request.cpp", "engine/kv_blocks.cpp", "observe/metrics.cpp",
     "text/pcre2_regex.cpp", "text/pretokenize.cpp", "observe/request_log.cpp",
     "engine/sampling.cpp", "engine/scheduler.cpp", "engine/stop_matcher.cpp",
     "text/tokenizer.cpp", "text/tokenizer_json.cpp", "text/unicode/nfc.cpp", "text/utf8.cpp",

@@ -1,0 +1,12 @@
+#include "engine/clock.h"
+
+#include <chrono>
+
+namespace ninfer {
+
+double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace ninfer
