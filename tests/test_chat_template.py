@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "compiler") not in sys.path:
     sys.path.insert(0, str(ROOT / "compiler"))
 
-from native_build import build_extension  # noqa: E402
+import native_build  # noqa: E402
 from ninfer.demo import chat_templates as T  # noqa: E402
 from ninfer.frontend.chat_template import (  # noqa: E402
     ChatFormat,
@@ -76,13 +76,8 @@ def formats() -> dict[str, ChatFormat]:
 
 
 @pytest.fixture(scope="session")
-def chat_ext(tmp_path_factory):
-    return build_extension(
-        "ninfer_chat_ext",
-        ["text/chat_format.cpp", "python/bind_chat.cpp"],
-        ["ninfer_bind_chat"],
-        tmp_path_factory.mktemp("chat"),
-    )
+def chat_ext():
+    return native_build.extension("ninfer_chat_ext")
 
 
 @pytest.mark.parametrize("name", sorted(DEMO))

@@ -3,75 +3,31 @@
 tests/native/test_engine.cpp drives KV block accounting, step planning and the engine
 loop (batch invariance, preemption, cancellation, admission control), /metrics text and
 the request log against a fake paged model (tests/native/fake_model.h). The same fake
-model behind the real server.cpp (tests/native/fake_server_model.cpp) checks the HTTP
-side: 429 / 503 / 400 statuses, cancellation when a client disconnects, /metrics.
+model behind the real server (runtime_cpp/server/, tests/native/fake_server_model.cpp)
+checks the HTTP side: 429 / 503 / 400 statuses, cancellation when a client disconnects,
+/metrics. Both are built through tests/native/CMakeLists.txt (tests/native_build.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-RUNTIME = ROOT / "runtime_cpp"
-NATIVE = ROOT / "tests" / "native"
-RUNTIME_SOURCES = [
-    "engine/engine.cpp", "engine/admission.cpp", "engine/request.cpp", "engine/clock.cpp",
-    "engine/scheduler.cpp", "engine/kv_blocks.cpp", "observe/metrics.cpp",
-    "observe/request_log.cpp", "engine/sampling.cpp", "engine/stop_matcher.cpp",
-    "text/tokenizer.cpp", "text/tokenizer_json.cpp", "text/bpe.cpp", "text/pretokenize.cpp",
-    "text/pcre2_regex.cpp", "text/added_tokens.cpp", "text/unicode/nfc.cpp", "text/utf8.cpp",
-]
-SERVER_SOURCES = ["server/main.cpp", "server/options.cpp", "server/routes.cpp",
-                  "server/client_watch.cpp", "server/api.cpp", "model/artifact.cpp",
-                  "text/chat_format.cpp"]
-
-
-def _build(out: Path, name: str, srcs: list[Path], libs: list[str]) -> Path:
-    """Compile `srcs` in parallel (one object each) and link; cached by content."""
-    out.mkdir(parents=True, exist_ok=True)
-    cxx = ["ccache", "c++"] if shutil.which("ccache") else ["c++"]
-    flags = ["-std=c++17", "-O1", "-g", "-pthread", "-Wall", f"-I{RUNTIME}"]
-    digest = hashlib.sha256()
-    for f in [*srcs, *sorted(RUNTIME.rglob("*.h")), *sorted(NATIVE.glob("*.h"))]:
-        digest.update(f.read_bytes())
-    binary, stamp = out / name, out / f"{name}.sha256"
-    if binary.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
-        return binary
-
-    def compile_one(src: Path) -> Path:
-        obj = out / f"{src.stem}.o"
-        subprocess.run([*cxx, *flags, "-c", str(src), "-o", str(obj)], check=True)
-        return obj
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        objs = list(pool.map(compile_one, srcs))
-    subprocess.run(["c++", "-pthread", *map(str, objs), *libs, "-o", str(binary)], check=True)
-    stamp.write_text(digest.hexdigest())
-    return binary
+import native_build
 
 
 @pytest.fixture(scope="session")
-def native_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("sched")
-
-
-@pytest.fixture(scope="session")
-def test_engine(native_out: Path) -> Path:
-    srcs = [RUNTIME / s for s in RUNTIME_SOURCES] + [NATIVE / "test_engine.cpp"]
-    return _build(native_out, "test_engine", srcs, ["-lpcre2-8"])
+def test_engine() -> Path:
+    return native_build.build("test_engine") / "test_engine"
 
 
 def _run(binary: Path, *args: str) -> str:
@@ -169,7 +125,7 @@ def test_request_log_json_lines(test_engine: Path, tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# server.cpp over HTTP, with the fake model (context 64, 4 slots, 16 rows per step)
+# ninfer-server over HTTP, with the fake model (context 64, 4 slots, 16 rows per step)
 
 
 def _letters_tokenizer() -> dict[str, Any]:
@@ -179,13 +135,10 @@ def _letters_tokenizer() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def fake_server(native_out: Path) -> Path:
+def fake_server() -> Path:
     from ninfer.artifact import write_artifact
 
-    srcs = [RUNTIME / s for s in RUNTIME_SOURCES + SERVER_SOURCES]
-    srcs.append(NATIVE / "fake_server_model.cpp")
-    binary = _build(native_out / "server", "ninfer-server", srcs,
-                    ["-lcpp-httplib", "-lpcre2-8"])
+    binary = native_build.build("fake_server") / "fake-server" / "ninfer-server"
     manifest = {
         "model": {"id": "fake"},
         "target": {"name": "fake", "hash": "0"},

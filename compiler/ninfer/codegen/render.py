@@ -18,22 +18,6 @@ from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
 from ninfer.plan import MATMUL_ROLES, Plan
 from ninfer.targets import Target
 
-# Model-independent runtime sources compiled into every server (runtime_cpp/), and the
-# sources of each backend.
-RUNTIME_SOURCES = (
-    "text/added_tokens.cpp", "server/api.cpp", "model/artifact.cpp", "text/bpe.cpp",
-    "text/chat_format.cpp", "engine/admission.cpp", "engine/clock.cpp", "engine/engine.cpp",
-    "engine/request.cpp", "engine/kv_blocks.cpp", "observe/metrics.cpp",
-    "text/pcre2_regex.cpp", "text/pretokenize.cpp", "observe/request_log.cpp",
-    "engine/sampling.cpp", "engine/scheduler.cpp", "engine/stop_matcher.cpp",
-    "text/tokenizer.cpp", "text/tokenizer_json.cpp", "text/unicode/nfc.cpp", "text/utf8.cpp",
-)
-BACKEND_SOURCES = {
-    "cpu": ("backend/cpu/cpu_backend.cpp", "backend/cpu/cpu_memory.cpp"),
-    "cuda": ("backend/cuda/cuda_backend.cpp", "backend/cuda/cuda_memory.cpp"),
-}
-
-
 # (template, generated file) pairs per backend: the step program and stub declarations
 # are shared, the launch table is the backend's own.
 GENERATED_FILES = {
@@ -74,14 +58,6 @@ def tvm_include_dirs() -> list[str]:
     return [str(base), str(tvm_inc)]
 
 
-def runtime_sources(kind: str) -> list[str]:
-    sources = [*RUNTIME_SOURCES, *BACKEND_SOURCES[kind]]
-    missing = [s for s in sources if not (RUNTIME_DIR / s).exists()]
-    if missing:
-        raise FileNotFoundError(f"runtime_cpp is incomplete: missing {', '.join(missing)}")
-    return sources
-
-
 def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
                 backend: dict[str, Any], src_dir: Path, out_dir: Path,
                 python_module: bool = True) -> GeneratedTree:
@@ -110,7 +86,6 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "stubs": stubs,
         "buffers": plan.buffers,
         "runtime_dir": str(RUNTIME_DIR),
-        "runtime_sources": runtime_sources(target.kind),
         "tvm_includes": tvm_include_dirs(),
         "coop": {},
         "coop_source": "",
