@@ -73,7 +73,7 @@ std::shared_ptr<RequestState> Engine::submit(GenerationRequest request) {
   request.max_tokens = max_tokens;
 
   auto state = std::make_shared<RequestState>(std::move(request));
-  state->submitted_ms = now_ms();
+  state->submitted_ms = clock_.now_ms();
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (shutting_down_) {

@@ -3,10 +3,23 @@
 #include <chrono>
 
 namespace ninfer {
+namespace {
 
-double now_ms() {
-  using namespace std::chrono;
-  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+class SteadyClock : public Clock {
+ public:
+  double now_ms() const override {
+    const auto since_epoch = std::chrono::steady_clock::now().time_since_epoch();
+    return std::chrono::duration<double, std::milli>(since_epoch).count();
+  }
+};
+
+}  // namespace
+
+const Clock& steady_clock() {
+  static SteadyClock clock;
+  return clock;
 }
+
+double now_ms() { return steady_clock().now_ms(); }
 
 }  // namespace ninfer

@@ -71,7 +71,8 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
       max_positions_(0), max_pending_(options.max_pending),
       pending_timeout_ms_(options.pending_timeout_ms),
       max_decode_slowdown_(options.max_decode_slowdown), metrics_(options.metrics),
-      log_(options.request_log), sched_(sched_config_) {
+      log_(options.request_log), clock_(options.clock ? *options.clock : steady_clock()),
+      sched_(sched_config_) {
   const ModelInfo& info = model.info();
   max_positions_ = sched_.max_positions();
   logits_.resize(static_cast<size_t>(info.max_concurrency) * info.vocab_size);
@@ -140,10 +141,10 @@ void Engine::loop() {
     if (shutting_down && !seqs_.empty()) {
       std::vector<Seq*> all;
       for (auto& p : seqs_) all.push_back(static_cast<Seq*>(p.get()));
-      const double now = now_ms();
+      const double now = clock_.now_ms();
       for (Seq* s : all) fail(*s, "The server is shutting down", "shutting_down", now);
     }
-    reap(now_ms());
+    reap(clock_.now_ms());
     if (seqs_.empty()) {
       publish();
       if (shutting_down) {  // nothing left to do until the destructor stops the loop
@@ -153,7 +154,7 @@ void Engine::loop() {
       continue;
     }
     StepPlan plan = sched_.plan(prefill_limit());
-    const double now = now_ms();
+    const double now = clock_.now_ms();
     for (Sequence* p : plan.admitted) {
       Seq& s = static_cast<Seq&>(*p);
       if (s.t_admit >= 0) continue;  // readmitted after a preemption
@@ -183,7 +184,7 @@ void Engine::loop() {
     publish();
   }
   // Shutting down: nobody will serve what is left.
-  const double now = now_ms();
+  const double now = clock_.now_ms();
   while (!seqs_.empty()) fail(*seqs_.back(), "the server is shutting down", "", now);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& state : incoming_) {
@@ -250,17 +251,17 @@ void Engine::run_step(StepPlan& plan) {
   batch.block_tables = block_tables_.data();
   batch.n_logits = n_logits;
   batch.logit_rows = logit_rows_.data();
-  const double t0 = now_ms();
+  const double t0 = clock_.now_ms();
   try {
     model_.step(batch, logits_.data());
   } catch (const std::exception& e) {
-    const double now = now_ms();
+    const double now = clock_.now_ms();
     for (const Chunk& c : plan.chunks)
       fail(static_cast<Seq&>(*c.seq), std::string("model step failed: ") + e.what(), "", now);
     return;
   }
   {
-    const double ms = now_ms() - t0;
+    const double ms = clock_.now_ms() - t0;
     int single = 0;  // decode rows (and last prompt tokens): one row per sequence
     for (const Chunk& c : plan.chunks) single += c.count == 1;
     const int prompt_rows = plan.rows - single;
@@ -272,7 +273,7 @@ void Engine::run_step(StepPlan& plan) {
   }
   sched_.commit(plan);
   if (metrics_) metrics_->observe_step_tokens(plan.rows);
-  const double now = now_ms();
+  const double now = clock_.now_ms();
   int k = 0;
   for (const Chunk& c : plan.chunks) {
     if (!c.logits) continue;

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/clock.h"
 #include "engine/request.h"
 #include "engine/sampling.h"
 #include "engine/scheduler.h"
@@ -44,6 +45,8 @@ struct EngineOptions {
   double max_decode_slowdown = 1.5;
   Metrics* metrics = nullptr;         // optional
   RequestLog* request_log = nullptr;  // optional
+  // What the engine measures time with (clock.h); nullptr: steady_clock().
+  const Clock* clock = nullptr;
 };
 
 class Engine {
@@ -88,6 +91,7 @@ class Engine {
   double max_decode_slowdown_;
   Metrics* metrics_;
   RequestLog* log_;
+  const Clock& clock_;
 
   // Loop thread only.
   Scheduler sched_;
