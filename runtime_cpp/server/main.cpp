@@ -119,8 +119,9 @@ int run(int argc, char** argv) {
     while (!listen_done && !http.is_running())
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (http.is_running()) {
-      std::fprintf(stderr, "ninfer-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
       engine.shutdown();
+      // Printed once the engine refuses new work (tests wait for this line).
+      std::fprintf(stderr, "ninfer-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
       http.stop();
     }
   });
