@@ -2,7 +2,8 @@
 
 The real server (runtime_cpp/server/) runs over the fake paged model of
 tests/native/fake_model.h (context 64, 4 slots, 16 rows per step): 429 / 503 / 400
-statuses, cancellation when a client disconnects, SIGTERM, /metrics.
+statuses, cancellation when a client disconnects (also in the middle of a chunked
+prefill), SIGTERM, stop strings in a stream, /metrics.
 
 Nothing here depends on the machine's speed. Where a test needs a request to be at a
 known point, the fake model's steps pass a gate (NINFER_FAKE_GATE, a FIFO: one byte per
@@ -200,6 +201,39 @@ def test_fake_server_serves_and_exports_metrics(serve: Callable[..., Any]) -> No
     assert _sample(m, "ninfer:generation_tokens_total") == 16
 
 
+def _stream_text(srv: Any, body: dict[str, Any]) -> tuple[list[str], str]:
+    """The text deltas of a streamed completion, and its finish_reason."""
+    deltas, finish = [], ""
+    with srv.client.stream("POST", "/v1/completions", json={**body, "stream": True}) as s:
+        assert s.status_code == 200
+        for line in s.iter_lines():
+            if not line.startswith("data:") or "[DONE]" in line:
+                continue
+            choice = json.loads(line[5:])["choices"][0]
+            if choice["text"]:
+                deltas.append(choice["text"])
+            finish = choice["finish_reason"] or finish
+    return deltas, finish
+
+
+def test_stop_strings_in_a_stream(serve: Callable[..., Any]) -> None:
+    srv = serve()
+    body = {"prompt": [4, 5, 6], "max_tokens": 20, "temperature": 0, "ignore_eos": True}
+    full = srv.client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+    assert len(full) >= 30  # letters, a space between tokens
+    # Stops spanning several tokens, two at once: the stream ends right before the one
+    # that starts first, and no delta ever shows a part of it.
+    stops = [full[20:25], full[9:14]]
+    cut = min(full.find(s) for s in stops)
+    deltas, finish = _stream_text(srv, {**body, "stop": stops})
+    assert finish == "stop" and "".join(deltas) == full[:cut]
+    # A stop that the last letter starts but nothing completes: that letter is held back,
+    # and released when the request ends on its length.
+    deltas, finish = _stream_text(srv, {**body, "stop": [full[-1] + "#"]})
+    assert finish == "length" and "".join(deltas) == full
+    assert deltas[-1].endswith(full[-1])
+
+
 def test_too_long_is_400_with_the_numbers(serve: Callable[..., Any]) -> None:
     srv = serve()
     r = srv.client.post("/v1/completions", json={"prompt": [1] * 70})
@@ -296,6 +330,28 @@ def test_disconnect_while_queued_never_runs(serve: Callable[..., Any], gate: Gat
     assert all(i.startswith("cmpl-") for i in by_id)
 
 
+# A 40-token prompt in 4-token chunks: ten steps of prefill.
+PREFILL = {"prompt": list(range(1, 21)) * 2, "max_tokens": 4, "temperature": 0}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_disconnect_mid_prefill_cancels(serve: Callable[..., Any], gate: Gate,
+                                        stream: bool) -> None:
+    srv = serve("--prefill-chunk", "4", gate=gate)
+    gate.allow(2)  # two of the ten chunks
+    s = _raw_request(srv, {**PREFILL, "stream": stream})
+    _wait_for(srv, lambda m: _steps(m) == 2)
+    received = _hang_up(s)
+    assert received.startswith(b"HTTP/1.1 200") == stream, received  # streams began
+    assert b"data:" not in received  # no token yet
+    gate.allow(1)  # the chunk in flight, if any; no fourth one
+    _wait_for(srv, lambda m: _sample(m, "ninfer:requests_cancelled_total") == 1 and _idle(m))
+    m = _metrics(srv)
+    assert _steps(m) in (2, 3)
+    assert _sample(m, "ninfer:generation_tokens_total") == 0
+    assert _sample(m, "ninfer:prompt_tokens_total") == 0  # counted at the first token only
+
+
 def _start_gated(fake_server: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch,
                  *args: str) -> Any:
     from ninfer.runtime import Server
@@ -333,6 +389,34 @@ def test_sigterm_ends_requests_with_503_and_exits_cleanly(
         for r in (ra[0], rb[0]):
             assert r.status_code == 503, r.text
             assert r.json()["error"]["code"] == "shutting_down"
+        assert srv.proc.wait(HANG) == 0
+    finally:
+        gate.open()
+        srv.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_sigterm_mid_prefill(fake_server: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch,
+                             stream: bool) -> None:
+    """SIGTERM while a prompt is half prefilled: 503 shutting_down for a plain request, an
+    error event for a stream (its 200 headers went out at admission); exit 0."""
+    srv = _start_gated(fake_server, gate, monkeypatch, "--prefill-chunk", "4")
+    try:
+        gate.allow(2)  # two of the ten chunks
+        s = _raw_request(srv, {**PREFILL, "stream": stream})
+        _wait_for(srv, lambda m: _steps(m) == 2)
+        _sigterm(srv, gate)
+        received = b""
+        while chunk := s.recv(65536):
+            received += chunk
+        s.close()
+        head, _, body = received.partition(b"\r\n\r\n")
+        if stream:
+            assert head.startswith(b"HTTP/1.1 200"), received
+            assert b"The server is shutting down" in body and b"[DONE]" in body
+        else:
+            assert head.startswith(b"HTTP/1.1 503"), received
+            assert json.loads(body)["error"]["code"] == "shutting_down"
         assert srv.proc.wait(HANG) == 0
     finally:
         gate.open()

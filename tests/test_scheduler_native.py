@@ -2,7 +2,7 @@
 
 The test_engine binary (tests/native/test_*.cpp) drives KV block accounting, step
 planning and the engine loop (batch invariance, preemption, cancellation, admission
-control, the decode-slowdown cap), the sampler, /metrics text and the
+control, the decode-slowdown cap, stop strings), the sampler, /metrics text and the
 request log against a fake paged model (tests/native/fake_model.h) whose steps are gated
 and timed by a fake clock, so no case depends on how fast the machine is. Built through
 tests/native/CMakeLists.txt (tests/native_build.py). tests/test_fake_server.py puts the
@@ -37,7 +37,7 @@ def _run(binary: Path, *args: str) -> str:
 
 
 @pytest.mark.parametrize("case", ["scheduler", "invariance", "cancel", "admission", "sampling",
-                                  "slowdown"])
+                                  "slowdown", "stops"])
 def test_native(test_engine: Path, case: str) -> None:
     assert f"{case} ok" in _run(test_engine, case)
 

@@ -68,6 +68,7 @@ void test_cancel();
 void test_admission();
 void test_slowdown();
 void test_sampling();
+void test_stops();
 void print_metrics();
 void write_log(const std::string& path);
 

@@ -1,9 +1,9 @@
 // Standalone tests of the continuous-batching runtime (KvBlocks, Scheduler, Engine,
-// Sampler, Metrics, RequestLog) against the fake paged model of
+// Sampler, StopMatcher, Metrics, RequestLog) against the fake paged model of
 // fake_model.h; built by tests/native/CMakeLists.txt, run by tests/test_scheduler_native.py.
 //
 // usage: test_engine scheduler | invariance | cancel | admission | sampling | slowdown |
-//        metrics | log FILE
+//        stops | metrics | log FILE
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
       {"scheduler", test_scheduler}, {"invariance", test_invariance},
       {"cancel", test_cancel},       {"admission", test_admission},
       {"sampling", test_sampling},   {"slowdown", test_slowdown},
-      {"metrics", print_metrics},
+      {"stops", test_stops},         {"metrics", print_metrics},
   };
   const std::string what = argc > 1 ? argv[1] : "";
   if (what == "log" && argc > 2) {
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   if (it == cases.end()) {
     std::fprintf(stderr,
                  "usage: test_engine scheduler|invariance|cancel|admission|sampling|slowdown|"
-                 "metrics|log FILE\n");
+                 "stops|metrics|log FILE\n");
     return 2;
   }
   it->second();
