@@ -35,11 +35,20 @@ std::string shape_str(const std::vector<int64_t>& s) {
 Artifact::Artifact(const std::string& path, const std::string& expected_target,
                    const std::string& expected_target_hash, bool verify_checksums)
     : path_(path) {
-  auto fail = [&](const std::string& why) { throw std::runtime_error(path + ": " + why); };
+  // The destructor does not run when the constructor throws: unmap here.
+  auto fail = [&](const std::string& why) {
+    if (map_) ::munmap(map_, size_);
+    map_ = nullptr;
+    throw std::runtime_error(path + ": " + why);
+  };
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) fail(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  ::fstat(fd, &st);
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail(std::string("cannot stat: ") + std::strerror(err));
+  }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ < kHeaderSize) {
     ::close(fd);
@@ -69,6 +78,19 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
     fail(std::string("manifest is not valid JSON: ") + e.what());
   }
 
+  try {
+    check_manifest(base, expected_target, expected_target_hash, verify_checksums);
+  } catch (const nlohmann::json::exception& e) {  // a field missing or of the wrong type
+    fail(std::string("malformed manifest: ") + e.what());
+  } catch (const std::runtime_error& e) {
+    fail(e.what());
+  }
+  ::madvise(map_, size_, MADV_WILLNEED);
+}
+
+void Artifact::check_manifest(const unsigned char* base, const std::string& expected_target,
+                                 const std::string& expected_target_hash, bool verify_checksums) {
+  auto fail = [](const std::string& why) { throw std::runtime_error(why); };
   const auto& target = manifest_.at("target");
   const std::string name = target.at("name");
   if (name != expected_target)
@@ -84,9 +106,15 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
     TensorView view;
     const uint64_t offset = t.at("offset"), nbytes = t.at("nbytes");
     const std::string tname = t.at("name");
-    if (offset + nbytes > size_)
-      fail("truncated: tensor '" + tname + "' needs bytes up to " + std::to_string(offset + nbytes) +
+    // offset + nbytes may not fit 64 bits in a crafted table: compare without adding.
+    if (offset > size_ || nbytes > size_ - offset) {
+      uint64_t end;
+      if (__builtin_add_overflow(offset, nbytes, &end))
+        fail("tensor '" + tname + "' at offset " + std::to_string(offset) + " with " +
+             std::to_string(nbytes) + " bytes ends past 2^64 (corrupt tensor table)");
+      fail("truncated: tensor '" + tname + "' needs bytes up to " + std::to_string(end) +
            " but the file has " + std::to_string(size_));
+    }
     view.data = base + offset;
     view.nbytes = nbytes;
     view.dtype = t.at("dtype").get<std::string>();
@@ -97,15 +125,17 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
     else if (view.dtype == "i8" || view.dtype == "u8") itemsize = 1;
     else fail("tensor '" + tname + "' has unknown dtype '" + view.dtype + "'");
     size_t count = 1;
-    for (int64_t d : view.shape) count *= static_cast<size_t>(d);
-    if (count * itemsize != nbytes)
+    bool fits = true;
+    for (int64_t d : view.shape)
+      fits = fits && d >= 0 && !__builtin_mul_overflow(count, static_cast<size_t>(d), &count);
+    fits = fits && !__builtin_mul_overflow(count, itemsize, &count);
+    if (!fits || count != nbytes)
       fail("tensor '" + tname + "': " + std::to_string(nbytes) + " bytes for shape " +
            shape_str(view.shape) + " of " + view.dtype);
     if (verify_checksums && hex64(XXH64(view.data, nbytes, 0)) != t.at("xxh64"))
       fail("checksum mismatch in tensor '" + tname + "' (file corrupt)");
     tensors_[tname] = view;
   }
-  ::madvise(map_, size_, MADV_WILLNEED);
 }
 
 Artifact::~Artifact() {

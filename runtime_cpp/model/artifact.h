@@ -42,6 +42,10 @@ class Artifact {
   bool has_tensor(const std::string& name) const { return tensors_.count(name) != 0; }
 
  private:
+  // The target, then every tensor of the table (throws std::runtime_error saying why).
+  void check_manifest(const unsigned char* base, const std::string& expected_target,
+                         const std::string& expected_target_hash, bool verify_checksums);
+
   std::string path_;
   void* map_ = nullptr;
   size_t size_ = 0;
