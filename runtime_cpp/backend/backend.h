@@ -25,15 +25,15 @@ class Arena {
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
-  float* floats(size_t count);     // zeroed, 64-byte aligned
-  int32_t* ints(size_t count);     // zeroed, 64-byte aligned
-  void* bytes(size_t count);       // zeroed, 64-byte aligned (e.g. a KV pool in its format)
+  float* floats(size_t count);  // zeroed, 64-byte aligned
+  int32_t* ints(size_t count);  // zeroed, 64-byte aligned
+  void* bytes(size_t count);    // zeroed, 64-byte aligned (e.g. a KV pool in its format)
   // A weight from the artifact where kernels can read it (checked by name and shape).
   const float* weight(const Artifact& artifact, const std::string& name,
                       const std::vector<int64_t>& shape);
   // A weight of another dtype (f16, bf16, i8, u8: quantized parts), likewise.
-  const void* weight(const Artifact& artifact, const std::string& name,
-                     const std::string& dtype, const std::vector<int64_t>& shape);
+  const void* weight(const Artifact& artifact, const std::string& name, const std::string& dtype,
+                     const std::vector<int64_t>& shape);
 
  private:
   struct Impl;
@@ -41,9 +41,9 @@ class Arena {
 };
 
 struct Options {
-  int threads = 0;             // CPU: kernel threads (0 = all cores)
-  bool allow_more_sms = false; // CUDA: accept a GPU with more SMs than the target
-  bool graphs = true;          // CUDA: replay steps as CUDA graphs (--no-cuda-graph: eager)
+  int threads = 0;              // CPU: kernel threads (0 = all cores)
+  bool allow_more_sms = false;  // CUDA: accept a GPU with more SMs than the target
+  bool graphs = true;           // CUDA: replay steps as CUDA graphs (--no-cuda-graph: eager)
 };
 
 // Recorded steps, one per key (the step program's shape: padded rows x logits rows).

@@ -53,21 +53,19 @@ std::shared_ptr<RequestState> Engine::submit(GenerationRequest request) {
     max_tokens = std::min(limit - n, max_positions_ + 1 - n);
   } else if (static_cast<int64_t>(n) + max_tokens > limit) {
     reject(RequestRejected::Reason::kContextLength,
-           "This model's maximum context length is " + std::to_string(limit) +
-               " tokens, but " + std::to_string(static_cast<int64_t>(n) + max_tokens) +
-               " tokens were requested (" + std::to_string(n) + " in the prompt, " +
-               std::to_string(max_tokens) + " in max_tokens)",
+           "This model's maximum context length is " + std::to_string(limit) + " tokens, but " +
+               std::to_string(static_cast<int64_t>(n) + max_tokens) + " tokens were requested (" +
+               std::to_string(n) + " in the prompt, " + std::to_string(max_tokens) +
+               " in max_tokens)",
            "max_tokens");
   } else if (n + max_tokens - 1 > max_positions_) {
     const int need = (n + max_tokens - 1 + sched_config_.block_size - 1) / sched_config_.block_size;
     reject(RequestRejected::Reason::kKvCapacity,
            "The request needs " + std::to_string(need) + " KV blocks of " +
                std::to_string(sched_config_.block_size) + " tokens (" + std::to_string(n) +
-               " prompt tokens + " + std::to_string(max_tokens) +
-               " max_tokens - 1), but at most " +
+               " prompt tokens + " + std::to_string(max_tokens) + " max_tokens - 1), but at most " +
                std::to_string(max_positions_ / sched_config_.block_size) +
-               " fit one request (the pool has " + std::to_string(kv_blocks_total()) +
-               " blocks)",
+               " fit one request (the pool has " + std::to_string(kv_blocks_total()) + " blocks)",
            "max_tokens");
   }
   request.max_tokens = max_tokens;

@@ -49,8 +49,7 @@ SchedulerConfig scheduler_config(const ModelInfo& info, const EngineOptions& o) 
                           : std::min(info.max_concurrency, c.step_tokens);
   if (c.max_concurrency > c.step_tokens)
     throw std::invalid_argument("max concurrency " + std::to_string(c.max_concurrency) +
-                                " exceeds the step token budget " +
-                                std::to_string(c.step_tokens) +
+                                " exceeds the step token budget " + std::to_string(c.step_tokens) +
                                 " (--prefill-chunk): every running request needs a row in "
                                 "each step");
   c.kv_blocks = info.kv_blocks;
@@ -125,9 +124,8 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stopping_ || !incoming_.empty() || !seqs_.empty() || shutting_down_;
-      });
+      cv_.wait(lock,
+               [&] { return stopping_ || !incoming_.empty() || !seqs_.empty() || shutting_down_; });
       if (stopping_) break;
       shutting_down = shutting_down_;
       for (auto& state : incoming_) {
@@ -200,8 +198,7 @@ void Engine::reap(double now) {
   std::vector<Seq*> cancelled, expired;
   for (auto& p : seqs_) {
     Seq& s = *p;
-    if (s.state->cancelled.load())
-      cancelled.push_back(&s);
+    if (s.state->cancelled.load()) cancelled.push_back(&s);
     else if (pending_timeout_ms_ > 0 && s.t_admit < 0 &&
              now - s.state->submitted_ms > pending_timeout_ms_)
       expired.push_back(&s);
@@ -266,8 +263,7 @@ void Engine::run_step(StepPlan& plan) {
     for (const Chunk& c : plan.chunks) single += c.count == 1;
     const int prompt_rows = plan.rows - single;
     auto ema = [](double& avg, double x) { avg = avg > 0 ? 0.75 * avg + 0.25 * x : x; };
-    if (prompt_rows == 0)
-      ema(decode_step_ms_, ms);
+    if (prompt_rows == 0) ema(decode_step_ms_, ms);
     else if (single > 0 && decode_step_ms_ > 0)
       ema(prompt_row_ms_, std::max(1e-3, ms - decode_step_ms_) / prompt_rows);
   }

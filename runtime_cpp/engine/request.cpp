@@ -24,8 +24,7 @@ GenerationEvent RequestState::next() {
 
 bool RequestState::next_for(int timeout_ms, GenerationEvent& ev) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                    [&] { return !events_.empty(); }))
+  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); }))
     return false;
   ev = std::move(events_.front());
   events_.pop_front();

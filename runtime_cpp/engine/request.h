@@ -17,9 +17,9 @@
 namespace ninfer {
 
 struct GenerationRequest {
-  std::string id;                // for the request log
+  std::string id;  // for the request log
   std::vector<int32_t> prompt;
-  int max_tokens = -1;           // -1: as many as the context and the KV pool allow
+  int max_tokens = -1;  // -1: as many as the context and the KV pool allow
   SamplingParams sampling;
   uint64_t seed = 0;
   std::vector<std::string> stop;
@@ -28,7 +28,7 @@ struct GenerationRequest {
 
 struct Timings {
   int prompt_n = 0;
-  double prompt_ms = 0;     // first admitted -> first token
+  double prompt_ms = 0;  // first admitted -> first token
   int predicted_n = 0;
   double predicted_ms = 0;  // first token -> finished
   double queue_ms = 0;      // submitted -> first admitted
@@ -37,12 +37,12 @@ struct Timings {
 struct GenerationEvent {
   enum class Kind { kText, kDone, kError };
   Kind kind = Kind::kText;
-  std::string text;              // kText: the new text (complete UTF-8)
-  std::vector<int32_t> tokens;   // kText: tokens this delta completes
-  std::string finish_reason;     // kDone: "stop" | "length" | "cancelled"
-  std::string error;             // kError
-  std::string error_code;        // kError: "pending_timeout" (never admitted in time) or ""
-  Timings timings;               // kDone
+  std::string text;             // kText: the new text (complete UTF-8)
+  std::vector<int32_t> tokens;  // kText: tokens this delta completes
+  std::string finish_reason;    // kDone: "stop" | "length" | "cancelled"
+  std::string error;            // kError
+  std::string error_code;       // kError: "pending_timeout" (never admitted in time) or ""
+  Timings timings;              // kDone
 };
 
 // Thrown by Engine::submit for a request that is refused without running.

@@ -9,7 +9,7 @@ namespace ninfer {
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
   float top_p = 1.0f;
-  int top_k = 0;             // 0 = disabled
+  int top_k = 0;  // 0 = disabled
 };
 
 class Sampler {

@@ -29,8 +29,9 @@ void Scheduler::add(Sequence* seq) {
 }
 
 void Scheduler::enqueue_in_order(Sequence* seq) {
-  auto it = std::lower_bound(waiting_.begin(), waiting_.end(), seq,
-                             [](const Sequence* a, const Sequence* b) { return a->order < b->order; });
+  auto it =
+      std::lower_bound(waiting_.begin(), waiting_.end(), seq,
+                       [](const Sequence* a, const Sequence* b) { return a->order < b->order; });
   waiting_.insert(it, seq);
 }
 
@@ -136,8 +137,8 @@ StepPlan Scheduler::plan(int prefill_limit) {
     if (!running_.empty() && need + spare > kv_.free()) break;
     if (!kv_.grow(s->blocks, static_cast<int>(s->tokens.size()))) break;
     waiting_.pop_front();
-    const int slot = static_cast<int>(
-        std::find(slot_used_.begin(), slot_used_.end(), false) - slot_used_.begin());
+    const int slot = static_cast<int>(std::find(slot_used_.begin(), slot_used_.end(), false) -
+                                      slot_used_.begin());
     slot_used_[slot] = true;
     s->slot = slot;
     s->num_computed = 0;

@@ -24,12 +24,12 @@
 namespace ninfer {
 
 struct Sequence {
-  uint64_t order = 0;            // arrival order, set by Scheduler::add; smaller = older
-  std::vector<int32_t> tokens;   // prompt, then every sampled token fed back
-  int num_computed = 0;          // tokens whose keys/values are in the pool
-  int slot = -1;                 // -1 while waiting
-  std::vector<int32_t> blocks;   // KV blocks, position p lives in blocks[p / block_size]
-  int64_t last_step = -1;        // last step that gave it rows
+  uint64_t order = 0;           // arrival order, set by Scheduler::add; smaller = older
+  std::vector<int32_t> tokens;  // prompt, then every sampled token fed back
+  int num_computed = 0;         // tokens whose keys/values are in the pool
+  int slot = -1;                // -1 while waiting
+  std::vector<int32_t> blocks;  // KV blocks, position p lives in blocks[p / block_size]
+  int64_t last_step = -1;       // last step that gave it rows
   int preemptions = 0;
   int pending() const { return static_cast<int>(tokens.size()) - num_computed; }
 };
@@ -43,7 +43,7 @@ struct Chunk {
 };
 
 struct StepPlan {
-  std::vector<Chunk> chunks;         // one per sequence; decode rows first
+  std::vector<Chunk> chunks;  // one per sequence; decode rows first
   int rows = 0;
   std::vector<Sequence*> admitted;   // waiting -> running in this plan
   std::vector<Sequence*> preempted;  // running -> waiting (blocks freed) in this plan
@@ -55,7 +55,7 @@ struct SchedulerConfig {
   int step_tokens = 1;      // rows per step (<= compiled max_prefill_chunk)
   int kv_blocks = 2;        // pool size, block 0 reserved
   int block_size = 1;
-  int blocks_per_seq = 1;   // block-table width
+  int blocks_per_seq = 1;  // block-table width
 };
 
 class Scheduler {

@@ -10,7 +10,7 @@ namespace ninfer {
 class StopMatcher {
  public:
   struct Result {
-    std::string text;   // safe to emit now
+    std::string text;  // safe to emit now
     bool stopped = false;
   };
   explicit StopMatcher(std::vector<std::string> stops);

@@ -43,7 +43,7 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
   };
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) fail(std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
@@ -89,13 +89,13 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
 }
 
 void Artifact::check_manifest(const unsigned char* base, const std::string& expected_target,
-                                 const std::string& expected_target_hash, bool verify_checksums) {
+                              const std::string& expected_target_hash, bool verify_checksums) {
   auto fail = [](const std::string& why) { throw std::runtime_error(why); };
   const auto& target = manifest_.at("target");
   const std::string name = target.at("name");
   if (name != expected_target)
-    fail("compiled for target '" + name + "' but this server was built for '" +
-         expected_target + "'; recompile with --target " + expected_target +
+    fail("compiled for target '" + name + "' but this server was built for '" + expected_target +
+         "'; recompile with --target " + expected_target +
          " or use the server built beside this artifact");
   if (target.at("hash") != expected_target_hash)
     fail("target '" + name + "' profile hash " + target.at("hash").get<std::string>() +
@@ -143,7 +143,7 @@ Artifact::~Artifact() {
 }
 
 const void* Artifact::tensor(const std::string& name, const std::string& dtype,
-                            const std::vector<int64_t>& shape) const {
+                             const std::vector<int64_t>& shape) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw std::runtime_error(path_ + ": tensor '" + name + "' missing");
   if (it->second.dtype != dtype)

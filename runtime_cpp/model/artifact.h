@@ -44,7 +44,7 @@ class Artifact {
  private:
   // The target, then every tensor of the table (throws std::runtime_error saying why).
   void check_manifest(const unsigned char* base, const std::string& expected_target,
-                         const std::string& expected_target_hash, bool verify_checksums);
+                      const std::string& expected_target_hash, bool verify_checksums);
 
   std::string path_;
   void* map_ = nullptr;

@@ -22,26 +22,26 @@ struct ModelInfo {
   std::string target;       // target profile name the kernels were built for
   std::string target_hash;  // Target.stable_hash() at compile time
   int vocab_size = 0;
-  int max_context = 0;      // compiled maximum tokens per sequence
+  int max_context = 0;        // compiled maximum tokens per sequence
   int max_prefill_chunk = 0;  // compiled maximum rows per step (the step token budget)
   int num_layers = 0;
-  int max_concurrency = 0;  // compiled maximum sequences per step (sequence slots)
-  int kv_block_size = 0;    // tokens per KV block
-  int kv_blocks = 0;        // blocks in the pool, block 0 reserved
-  int blocks_per_seq = 0;   // block-table width: max_context / kv_block_size
+  int max_concurrency = 0;        // compiled maximum sequences per step (sequence slots)
+  int kv_block_size = 0;          // tokens per KV block
+  int kv_blocks = 0;              // blocks in the pool, block 0 reserved
+  int blocks_per_seq = 0;         // block-table width: max_context / kv_block_size
   size_t kv_bytes_per_block = 0;  // all layers, keys and values
   std::string kv_dtype = "f32";   // KV-cache format (ninfer.kv_formats)
 };
 
 // One step. Rows of one sequence should be contiguous with consecutive positions.
 struct StepBatch {
-  int n = 0;                          // rows, 1..max_prefill_chunk
-  const int32_t* tokens = nullptr;    // [n]
-  const int32_t* positions = nullptr; // [n] position of each row in its sequence
-  const int32_t* slots = nullptr;     // [n] sequence slot, 0..max_concurrency-1
+  int n = 0;                           // rows, 1..max_prefill_chunk
+  const int32_t* tokens = nullptr;     // [n]
+  const int32_t* positions = nullptr;  // [n] position of each row in its sequence
+  const int32_t* slots = nullptr;      // [n] sequence slot, 0..max_concurrency-1
   // [max_concurrency x blocks_per_seq] block ids of every slot (unused entries: 0).
   const int32_t* block_tables = nullptr;
-  int n_logits = 0;                   // rows whose logits are returned, 0..max_concurrency
+  int n_logits = 0;                     // rows whose logits are returned, 0..max_concurrency
   const int32_t* logit_rows = nullptr;  // [n_logits] row indices into this step
 };
 

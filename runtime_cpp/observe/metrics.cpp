@@ -14,25 +14,23 @@ std::string number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   char buf[64];
-  if (v == std::floor(v) && std::fabs(v) < 1e15)
-    std::snprintf(buf, sizeof buf, "%.1f", v);
-  else
-    std::snprintf(buf, sizeof buf, "%.17g", v);
+  if (v == std::floor(v) && std::fabs(v) < 1e15) std::snprintf(buf, sizeof buf, "%.1f", v);
+  else std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 
 // Bucket bounds: vLLM's, with sub-10 ms steps added for small models on fast hardware.
-const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                                          0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                                          40.0, 80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                          0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                          20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
 const std::vector<double> kItlBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
-                                         0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                                         10.0, 20.0, 40.0, 80.0};
-const std::vector<double> kRequestBuckets = {0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0,
-                                             2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-                                             60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
-const std::vector<double> kStepBuckets = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
-                                          4096, 8192, 16384};
+                                         0.15,  0.2,    0.3,   0.4,  0.5,   0.75, 1.0,   2.5,
+                                         5.0,   7.5,    10.0,  20.0, 40.0,  80.0};
+const std::vector<double> kRequestBuckets = {
+    0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,   1.5,   2.0,   2.5,   5.0,    10.0,
+    15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const std::vector<double> kStepBuckets = {1,   8,    16,   32,   64,   128,  256,
+                                          512, 1024, 2048, 4096, 8192, 16384};
 
 }  // namespace
 
@@ -75,7 +73,8 @@ Metrics::Metrics() {
   scalar("ninfer:num_requests_waiting", "gauge",
          "Number of requests waiting for a slot or KV blocks (new or preempted).");
   scalar("ninfer:kv_blocks_used", "gauge", "KV cache blocks in use.");
-  scalar("ninfer:kv_blocks_total", "gauge", "KV cache blocks in the pool (the reserved block 0 excluded).");
+  scalar("ninfer:kv_blocks_total", "gauge",
+         "KV cache blocks in the pool (the reserved block 0 excluded).");
   scalar("ninfer:kv_cache_usage_perc", "gauge", "KV cache usage. 1 means 100 percent usage.");
   scalar("ninfer:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
   scalar("ninfer:generation_tokens_total", "counter", "Number of generation tokens processed.");
@@ -175,8 +174,7 @@ std::string Metrics::render() const {
     }
     for (const auto& [label_value, v] : f.values) {
       // Label values here are fixed identifiers; no escaping is needed.
-      const std::string labels =
-          f.label.empty() ? "" : "{" + f.label + "=\"" + label_value + "\"}";
+      const std::string labels = f.label.empty() ? "" : "{" + f.label + "=\"" + label_value + "\"}";
       out += f.name + labels + " " + number(v) + "\n";
     }
   }

@@ -57,15 +57,15 @@ class Metrics {
 
  private:
   struct Histogram {
-    std::vector<double> bounds;     // upper bounds, ascending; +Inf implied
-    std::vector<uint64_t> counts;   // per bucket, not cumulative; last = +Inf
+    std::vector<double> bounds;    // upper bounds, ascending; +Inf implied
+    std::vector<uint64_t> counts;  // per bucket, not cumulative; last = +Inf
     double sum = 0;
     uint64_t count = 0;
     void observe(double v);
   };
   struct Family {
-    std::string name, help, type;  // type: counter | gauge | histogram
-    std::string label;             // label name of a labelled counter, else empty
+    std::string name, help, type;          // type: counter | gauge | histogram
+    std::string label;                     // label name of a labelled counter, else empty
     std::map<std::string, double> values;  // label value ("" unlabelled) -> value
     Histogram hist;
   };

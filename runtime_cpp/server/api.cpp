@@ -24,8 +24,7 @@ const char* type_name(const json& v) { return v.type_name(); }
 double get_number(const json& body, const char* key, double lo, double hi, double dflt) {
   if (!body.contains(key) || body[key].is_null()) return dflt;
   const json& v = body[key];
-  if (!v.is_number())
-    bad(key, std::string("'") + key + "' must be a number, got " + type_name(v));
+  if (!v.is_number()) bad(key, std::string("'") + key + "' must be a number, got " + type_name(v));
   const double x = v.get<double>();
   if (x < lo || x > hi)
     bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
@@ -85,9 +84,10 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
     if (!body["model"].is_string()) bad("model", "'model' must be a string");
     r.model = body["model"].get<std::string>();
     if (!r.model.empty() && r.model != served_model)
-      throw ApiError(404, "The model '" + r.model + "' does not exist; this server serves '" +
-                              served_model + "'",
-                     "invalid_request_error", "model", "model_not_found");
+      throw ApiError(
+          404,
+          "The model '" + r.model + "' does not exist; this server serves '" + served_model + "'",
+          "invalid_request_error", "model", "model_not_found");
   }
   if (r.model.empty()) r.model = served_model;
 
@@ -100,7 +100,8 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
       const json& m = msgs[i];
       const std::string p = "messages[" + std::to_string(i) + "]";
       if (!m.is_object()) bad(p, p + " must be an object");
-      if (!m.contains("role") || !m["role"].is_string()) bad(p + ".role", p + ".role must be a string");
+      if (!m.contains("role") || !m["role"].is_string())
+        bad(p + ".role", p + ".role must be a string");
       std::string role = m["role"].get<std::string>();
       if (role == "developer") role = "system";
       r.messages.push_back({role, message_content(m, i)});
@@ -116,14 +117,15 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
       std::vector<int32_t> ids;
       for (const auto& v : p) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab_size)
-          bad("prompt", "token prompt entries must be integers in [0, " +
-                            std::to_string(vocab_size) + ")");
+          bad("prompt",
+              "token prompt entries must be integers in [0, " + std::to_string(vocab_size) + ")");
         ids.push_back(v.get<int32_t>());
       }
       r.prompt_ids = std::move(ids);
     } else {
-      bad("prompt", "'prompt' must be a string, a one-element array of strings, or an array "
-                    "of token ids");
+      bad("prompt",
+          "'prompt' must be a string, a one-element array of strings, or an array "
+          "of token ids");
     }
     r.echo = get_bool(body, "echo", false);
     if (r.echo) bad("echo", "'echo' is not supported");
@@ -154,7 +156,8 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   }
   r.stream = get_bool(body, "stream", false);
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
-    if (!body["stream_options"].is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!body["stream_options"].is_object())
+      bad("stream_options", "'stream_options' must be an object");
     r.include_usage = get_bool(body["stream_options"], "include_usage", false);
   }
   r.return_token_ids = get_bool(body, "return_token_ids", false);
@@ -192,10 +195,8 @@ json completion_response(const ResponseContext& ctx, const std::string& text,
                          const std::vector<int32_t>* prompt_ids,
                          const std::vector<int32_t>* token_ids) {
   json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
-  if (ctx.chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
+  if (ctx.chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else choice["text"] = text;
   if (token_ids) choice["token_ids"] = *token_ids;
   json out = {{"id", ctx.id},
               {"object", ctx.chat ? "chat.completion" : "text_completion"},

@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "text/chat_format.h"
 #include "engine/engine.h"
+#include "text/chat_format.h"
 
 namespace ninfer {
 
@@ -19,8 +19,8 @@ namespace ninfer {
 struct ApiError : std::runtime_error {
   ApiError(int status, std::string message, std::string type = "invalid_request_error",
            std::string param = "", std::string code = "")
-      : std::runtime_error(message), status(status), type(std::move(type)),
-        param(std::move(param)), code(std::move(code)) {}
+      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)),
+        code(std::move(code)) {}
   int status;
   std::string type, param, code;
 };
@@ -30,10 +30,10 @@ nlohmann::json error_body(const ApiError& e);
 struct CompletionRequest {
   bool chat = false;
   std::string model;
-  std::vector<ChatMessage> messages;        // chat
-  std::string prompt;                        // completions, text prompt
+  std::vector<ChatMessage> messages;               // chat
+  std::string prompt;                              // completions, text prompt
   std::optional<std::vector<int32_t>> prompt_ids;  // completions, token prompt
-  int max_tokens = -1;                       // -1: until the context is full
+  int max_tokens = -1;                             // -1: until the context is full
   SamplingParams sampling;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;

@@ -82,15 +82,13 @@ int run(int argc, char** argv) {
   eo.request_log = request_log.get();
   Engine engine(*model, tokenizer, m.at("eos_token_ids").get<std::vector<int32_t>>(), eo);
 
-  const Routes routes{engine, tokenizer, chat, metrics,
-                      m.at("model").at("id").get<std::string>()};
+  const Routes routes{engine, tokenizer, chat, metrics, m.at("model").at("id").get<std::string>()};
   httplib::Server http;
   // Every running or waiting request holds an HTTP thread, so the pool must be larger
   // than what may be admitted plus queued; otherwise requests would queue inside
   // httplib, unseen by the admission control. Spare threads serve /metrics and /health.
   const size_t http_threads = static_cast<size_t>(engine.max_concurrency()) +
-                              static_cast<size_t>(opt.max_pending > 0 ? opt.max_pending : 256) +
-                              8;
+                              static_cast<size_t>(opt.max_pending > 0 ? opt.max_pending : 256) + 8;
   http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   install(http, routes);
   int port = opt.port;
@@ -99,16 +97,16 @@ int run(int argc, char** argv) {
   } else if (!http.bind_to_port(opt.host, port)) {
     port = -1;
   }
-  if (port < 0) throw std::runtime_error("cannot listen on " + opt.host + ":" + std::to_string(opt.port));
-  std::printf("ninfer-server: model %s, target %s, %s, context %d\n",
-              routes.model_id.c_str(), compiled.target.c_str(), backend::describe().c_str(),
-              engine.context_limit());
-  std::printf("ninfer-server: %d concurrent requests, %d tokens per step, KV cache %d blocks "
-              "of %d tokens in %s, %s waiting\n",
-              engine.max_concurrency(), engine.step_tokens(), engine.kv_blocks_total(),
-              engine.info().kv_block_size, engine.info().kv_dtype.c_str(),
-              opt.max_pending > 0 ? ("up to " + std::to_string(opt.max_pending)).c_str()
-                                  : "unbounded");
+  if (port < 0)
+    throw std::runtime_error("cannot listen on " + opt.host + ":" + std::to_string(opt.port));
+  std::printf("ninfer-server: model %s, target %s, %s, context %d\n", routes.model_id.c_str(),
+              compiled.target.c_str(), backend::describe().c_str(), engine.context_limit());
+  std::printf(
+      "ninfer-server: %d concurrent requests, %d tokens per step, KV cache %d blocks "
+      "of %d tokens in %s, %s waiting\n",
+      engine.max_concurrency(), engine.step_tokens(), engine.kv_blocks_total(),
+      engine.info().kv_block_size, engine.info().kv_dtype.c_str(),
+      opt.max_pending > 0 ? ("up to " + std::to_string(opt.max_pending)).c_str() : "unbounded");
   std::printf("ninfer-server listening on http://%s:%d\n", opt.host.c_str(), port);
   std::fflush(stdout);
   std::atomic<bool> listen_done{false};
@@ -131,7 +129,6 @@ int run(int argc, char** argv) {
   stopper.join();
   return ok ? 0 : 1;
 }
-
 
 }  // namespace
 }  // namespace ninfer

@@ -16,8 +16,8 @@ void check_compiled(int value, int compiled_max, const char* flag, const char* c
   if (value > compiled_max)
     throw std::invalid_argument(std::string(flag) + " " + std::to_string(value) +
                                 " exceeds the compiled maximum " + std::to_string(compiled_max) +
-                                "; recompile with " + compile_flag + " " +
-                                std::to_string(value) + " or pass a smaller value");
+                                "; recompile with " + compile_flag + " " + std::to_string(value) +
+                                " or pass a smaller value");
 }
 
 }  // namespace
@@ -64,6 +64,15 @@ Options parse_options(int argc, char** argv) {
     if (x < 1) throw std::invalid_argument(flag + " must be at least 1");
     return x;
   };
+  auto slowdown = [&](int& i) {
+    const std::string v = value(i);
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (*end || v.empty() || !(x == 0 || x > 1))
+      throw std::invalid_argument("--max-decode-slowdown expects 0 or a number above 1, got '" + v +
+                                  "'");
+    return x;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--host") o.host = value(i);
@@ -74,14 +83,7 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--prefill-chunk") o.prefill_chunk = positive(i);
     else if (a == "--max-pending-requests") o.max_pending = integer(i);
     else if (a == "--pending-timeout-ms") o.pending_timeout_ms = integer(i);
-    else if (a == "--max-decode-slowdown") {
-      const std::string v = value(i);
-      char* end = nullptr;
-      o.max_decode_slowdown = std::strtod(v.c_str(), &end);
-      if (*end || v.empty() || !(o.max_decode_slowdown == 0 || o.max_decode_slowdown > 1))
-        throw std::invalid_argument("--max-decode-slowdown expects 0 or a number above 1, got '" +
-                                    v + "'");
-    }
+    else if (a == "--max-decode-slowdown") o.max_decode_slowdown = slowdown(i);
     else if (a == "--request-log") o.request_log = value(i);
     else if (a == "--artifact") o.artifact = value(i);
     else if (a == "--no-verify-checksums") o.verify_checksums = false;
@@ -108,13 +110,11 @@ EngineOptions resolve(const Options& o, const ModelInfo& compiled) {
   eo.context_limit = o.max_context > 0 ? o.max_context : compiled.max_context;
   eo.step_tokens = o.prefill_chunk > 0 ? o.prefill_chunk : compiled.max_prefill_chunk;
   // Every running request needs a row in each step, or decodes would crowd out admission.
-  eo.max_concurrency = o.max_concurrency > 0
-                           ? o.max_concurrency
-                           : std::min(compiled.max_concurrency, eo.step_tokens);
+  eo.max_concurrency = o.max_concurrency > 0 ? o.max_concurrency
+                                             : std::min(compiled.max_concurrency, eo.step_tokens);
   if (eo.max_concurrency > eo.step_tokens)
     throw std::invalid_argument("max concurrency " + std::to_string(eo.max_concurrency) +
-                                " exceeds the step token budget " +
-                                std::to_string(eo.step_tokens) +
+                                " exceeds the step token budget " + std::to_string(eo.step_tokens) +
                                 " (--prefill-chunk): every running request needs a row in "
                                 "each step");
   eo.max_pending = o.max_pending;

@@ -20,8 +20,7 @@ using nlohmann::json;
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
-                  "application/json");
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 // An engine event that is an error, as the status the client should see.
@@ -86,8 +85,9 @@ void Routes::completions(const httplib::Request& req, httplib::Response& res) co
 
 void Routes::not_found(const httplib::Request& req, httplib::Response& res) const {
   if (res.status == 404 && res.body.empty())
-    send_json(res, 404, error_body(ApiError(404, "no route " + req.method + " " + req.path,
-                                            "invalid_request_error", "", "not_found")));
+    send_json(res, 404,
+              error_body(ApiError(404, "no route " + req.method + " " + req.path,
+                                  "invalid_request_error", "", "not_found")));
 }
 
 void Routes::internal_error(const httplib::Request&, httplib::Response& res,
@@ -120,18 +120,15 @@ std::shared_ptr<RequestState> Routes::submit(GenerationRequest g, httplib::Respo
   try {
     return engine.submit(std::move(g));
   } catch (const RequestRejected& e) {
-    const std::string param =
-        e.param == "prompt" && is_chat ? std::string("messages") : e.param;
+    const std::string param = e.param == "prompt" && is_chat ? std::string("messages") : e.param;
     switch (e.reason) {
       case RequestRejected::Reason::kQueueFull:
         res.set_header("Retry-After", "1");
         throw ApiError(429, e.what(), "rate_limit_error", "", "queue_full");
       case RequestRejected::Reason::kContextLength:
-        throw ApiError(400, e.what(), "invalid_request_error", param,
-                       "context_length_exceeded");
+        throw ApiError(400, e.what(), "invalid_request_error", param, "context_length_exceeded");
       case RequestRejected::Reason::kKvCapacity:
-        throw ApiError(400, e.what(), "invalid_request_error", param,
-                       "kv_cache_capacity_exceeded");
+        throw ApiError(400, e.what(), "invalid_request_error", param, "kv_cache_capacity_exceeded");
       case RequestRejected::Reason::kShuttingDown:
         throw ApiError(503, e.what(), "server_error", "", "shutting_down");
     }
@@ -152,8 +149,8 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
   g.seed = r.seed ? *r.seed : std::random_device{}();
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
-  ResponseContext ctx{new_request_id(is_chat), static_cast<int64_t>(std::time(nullptr)),
-                      r.model, is_chat};
+  ResponseContext ctx{new_request_id(is_chat), static_cast<int64_t>(std::time(nullptr)), r.model,
+                      is_chat};
   g.id = ctx.id;
   auto state = submit(std::move(g), res, is_chat);
   state->wake_per_token = r.stream;
@@ -185,9 +182,10 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
       if (!got) continue;
       if (ev.kind == GenerationEvent::Kind::kError) throw event_error(ev, res);
       if (ev.kind == GenerationEvent::Kind::kDone) {
-        send_json(res, 200, completion_response(ctx, text, ev.finish_reason, ev.timings,
-                                                r.return_token_ids ? &state->request.prompt : nullptr,
-                                                r.return_token_ids ? &ids : nullptr));
+        send_json(res, 200,
+                  completion_response(ctx, text, ev.finish_reason, ev.timings,
+                                      r.return_token_ids ? &state->request.prompt : nullptr,
+                                      r.return_token_ids ? &ids : nullptr));
         return;
       }
       text += ev.text;
@@ -197,8 +195,7 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
   const bool with_ids = r.return_token_ids, usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream",
-      [state, ctx, with_ids, usage, watch](size_t, httplib::DataSink& sink) {
+      "text/event-stream", [state, ctx, with_ids, usage, watch](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line =
               "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";

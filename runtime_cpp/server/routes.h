@@ -20,8 +20,8 @@
 #include <httplib.h>
 
 #include "engine/engine.h"
-#include "server/api.h"
 #include "observe/metrics.h"
+#include "server/api.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 

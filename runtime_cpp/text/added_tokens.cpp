@@ -141,9 +141,9 @@ std::vector<Segment> AddedVocabulary::split(std::string_view text, bool normaliz
   size_t pos = 0;
   while (pos < text.size()) {
     size_t len = 0;
-    const int32_t id =
-        trie.first_byte[static_cast<unsigned char>(text[pos])] ? trie.longest_at(text, pos, len)
-                                                               : -1;
+    const int32_t id = trie.first_byte[static_cast<unsigned char>(text[pos])]
+                           ? trie.longest_at(text, pos, len)
+                           : -1;
     if (id < 0) {
       ++pos;
       continue;

@@ -9,8 +9,8 @@ namespace {
 // Code points for which Python's str.isspace() is true.
 bool is_python_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 // Decodes the UTF-8 sequence of `len` bytes at `p`; returns U+FFFF (not a space) when malformed.
@@ -126,16 +126,16 @@ void ChatFormat::validate(const std::vector<ChatMessage>& messages) const {
         throw std::invalid_argument(
             "Invalid " + where +
             ": conversation roles must alternate user/assistant/user/assistant/... after an "
-            "optional leading system message, but got '" + role + "' where '" + expected +
-            "' was expected.");
+            "optional leading system message, but got '" +
+            role + "' where '" + expected + "' was expected.");
       }
       expected = role == "user" ? "assistant" : "user";
     }
   }
 }
 
-std::string ChatFormat::render(const std::vector<ChatMessage>& messages,
-                               bool add_generation_prompt, bool enable_thinking) const {
+std::string ChatFormat::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                               bool enable_thinking) const {
   validate(messages);
   std::string out = prefix_;
   if (default_system_ && messages.front().role != "system") {

@@ -45,8 +45,7 @@ void apply_step(const PreTokenizerStep& step, std::string_view text,
     if (!text.empty()) out.push_back(utf8::to_byte_level(text));
     return;
   }
-  for (const auto& [start, end] :
-       split_text(text, gpt2_regex(), SplitBehavior::kIsolated, false)) {
+  for (const auto& [start, end] : split_text(text, gpt2_regex(), SplitBehavior::kIsolated, false)) {
     out.push_back(utf8::to_byte_level(text.substr(start, end - start)));
   }
 }
@@ -63,9 +62,7 @@ std::vector<std::pair<size_t, size_t>> split_text(std::string_view text, const R
     case SplitBehavior::kIsolated:
       for (auto s : spans) pieces.push_back({s.start, s.end, false});
       break;
-    case SplitBehavior::kRemoved:
-      pieces = spans;
-      break;
+    case SplitBehavior::kRemoved: pieces = spans; break;
     case SplitBehavior::kContiguous:
       for (auto s : spans) {
         if (s.flag == previous_match && !pieces.empty()) {

@@ -20,8 +20,7 @@ void TokenizerImpl::encode_text(std::string_view text, std::vector<int32_t>& ids
   for (const auto& word : words) model->tokenize(word, ids);
 }
 
-std::vector<int32_t> TokenizerImpl::encode(std::string_view text,
-                                           bool add_special_tokens) const {
+std::vector<int32_t> TokenizerImpl::encode(std::string_view text, bool add_special_tokens) const {
   if (!utf8::is_valid(text)) {
     throw std::invalid_argument("Tokenizer::encode: text is not valid UTF-8");
   }
@@ -114,7 +113,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 
 std::string Tokenizer::token_bytes(int32_t id) const {
   const detail::TokenInfo* t = impl_->info(id);
-  if (t == nullptr) throw std::out_of_range("Tokenizer::token_bytes: unknown id " + std::to_string(id));
+  if (t == nullptr)
+    throw std::out_of_range("Tokenizer::token_bytes: unknown id " + std::to_string(id));
   return t->bytes;
 }
 

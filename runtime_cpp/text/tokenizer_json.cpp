@@ -105,7 +105,7 @@ void parse_pre_tokenizer(const json& node, TokenizerImpl& impl) {
 std::unique_ptr<tok::BpeModel> parse_model(const json& node) {
   if (!node.is_object()) fail("model is missing");
   // Old files omit the model type; HF then recognizes BPE by its merges.
-  const std::string type = node.contains("type") ? type_of(node, "model")
+  const std::string type = node.contains("type")     ? type_of(node, "model")
                            : node.contains("merges") ? "BPE"
                                                      : "(untyped)";
   if (type != "BPE") unsupported("model", type, "BPE");

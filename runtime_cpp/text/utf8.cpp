@@ -9,18 +9,10 @@ char32_t next(std::string_view s, size_t& i) {
   const size_t len = sequence_length(b0);
   char32_t cp = 0;
   switch (len) {
-    case 1:
-      cp = b0;
-      break;
-    case 2:
-      cp = b0 & 0x1Fu;
-      break;
-    case 3:
-      cp = b0 & 0x0Fu;
-      break;
-    default:
-      cp = b0 & 0x07u;
-      break;
+    case 1: cp = b0; break;
+    case 2: cp = b0 & 0x1Fu; break;
+    case 3: cp = b0 & 0x0Fu; break;
+    default: cp = b0 & 0x07u; break;
   }
   for (size_t k = 1; k < len && i + k < s.size(); ++k) {
     cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3Fu);
@@ -142,10 +134,8 @@ bool is_white_space(char32_t cp) {
     case 0x2029:
     case 0x202F:
     case 0x205F:
-    case 0x3000:
-      return true;
-    default:
-      return cp >= 0x2000 && cp <= 0x200A;
+    case 0x3000: return true;
+    default: return cp >= 0x2000 && cp <= 0x200A;
   }
 }
 

@@ -133,6 +133,7 @@ def render() -> str:
 // Source: Python unicodedata {unicodedata.unidata_version}, with overrides taken from Hugging Face
 // tokenizers, whose NFC uses older Unicode data:
 {note_lines}
+// clang-format off
 #pragma once
 
 #include <cstdint>

@@ -119,6 +119,7 @@ def render() -> str:
 // {unicodedata.unidata_version} (standing in for PCRE2's data) and Hugging Face tokenizers'
 // Oniguruma, as PCRE2 class items. Differences this cannot express:
 {note_text}
+// clang-format off
 #pragma once
 
 namespace ninfer::regex_tables {{

@@ -91,9 +91,8 @@ class Gate : public StepGate {
   // requests reaped and admitted). The timeout only guards against a hang.
   void wait_held() {
     std::unique_lock<std::mutex> lock(mu_);
-    const bool held = cv_.wait_for(lock, std::chrono::seconds(60), [&] {
-      return waiting_ > 0 && permits_ == 0 && !open_;
-    });
+    const bool held = cv_.wait_for(lock, std::chrono::seconds(60),
+                                   [&] { return waiting_ > 0 && permits_ == 0 && !open_; });
     CHECK(held);
   }
 
@@ -123,7 +122,8 @@ class FakeModel : public Model {
 
   void step(const StepBatch& b, float* logits) override {
     if (gate_) gate_->pass();
-    if (fail_at_step_ >= 0 && steps_.load() >= fail_at_step_) throw std::runtime_error("device lost");
+    if (fail_at_step_ >= 0 && steps_.load() >= fail_at_step_)
+      throw std::runtime_error("device lost");
     const ModelInfo& i = info_;
     CHECK(b.n >= 1 && b.n <= i.max_prefill_chunk);
     CHECK(b.n_logits >= 0 && b.n_logits <= i.max_concurrency);
@@ -215,7 +215,6 @@ class FakeModel : public Model {
   std::vector<StepRows> history_;
   std::vector<Cell> pool_;
 };
-
 
 // tokenizer.json of the fake vocabulary: one token per letter, <eos> special.
 inline nlohmann::json letters_tokenizer_json() {

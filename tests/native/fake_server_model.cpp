@@ -27,8 +27,7 @@ namespace {
 class FifoGate : public fake::StepGate {
  public:
   explicit FifoGate(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY)) {
-    if (fd_ < 0)
-      throw std::runtime_error("NINFER_FAKE_GATE " + path + ": " + std::strerror(errno));
+    if (fd_ < 0) throw std::runtime_error("NINFER_FAKE_GATE " + path + ": " + std::strerror(errno));
   }
   ~FifoGate() override { ::close(fd_); }
   void pass() override {
@@ -75,8 +74,8 @@ const ModelInfo& compiled_model_info() {
 
 std::unique_ptr<Model> create_model(const Artifact&) {
   const ModelInfo& i = compiled_model_info();
-  auto model = std::make_unique<GatedFakeModel>(i.max_concurrency, i.max_prefill_chunk,
-                                                i.kv_blocks, i.kv_block_size, i.max_context);
+  auto model = std::make_unique<GatedFakeModel>(i.max_concurrency, i.max_prefill_chunk, i.kv_blocks,
+                                                i.kv_block_size, i.max_context);
   if (const char* path = std::getenv("NINFER_FAKE_GATE")) {
     model->gate = std::make_unique<FifoGate>(path);
     model->set_gate(model->gate.get());

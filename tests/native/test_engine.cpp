@@ -119,8 +119,8 @@ void test_invariance() {
     for (size_t i = 0; i < reqs.size(); ++i) {
       if (!(batched[i] == solo[i]))
         fail("request " + std::to_string(i) + " differs: solo '" + solo[i].text + "' (" +
-             solo[i].finish + ") batched '" + batched[i].text + "' (" + batched[i].finish +
-             ") " + batched[i].error);
+             solo[i].finish + ") batched '" + batched[i].text + "' (" + batched[i].finish + ") " +
+             batched[i].error);
       CHECK(batched[i].timings.predicted_n == solo[i].timings.predicted_n);
       CHECK(batched[i].timings.prompt_n == solo[i].timings.prompt_n);
     }

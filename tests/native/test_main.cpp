@@ -14,9 +14,8 @@
 int main(int argc, char** argv) {
   using namespace ninfer::fake;
   const std::map<std::string, std::function<void()>> cases = {
-      {"scheduler", test_scheduler}, {"invariance", test_invariance},
-      {"cancel", test_cancel},       {"admission", test_admission},
-      {"sampling", test_sampling},   {"slowdown", test_slowdown},
+      {"scheduler", test_scheduler}, {"invariance", test_invariance}, {"cancel", test_cancel},
+      {"admission", test_admission}, {"sampling", test_sampling},     {"slowdown", test_slowdown},
       {"stops", test_stops},         {"metrics", print_metrics},
   };
   const std::string what = argc > 1 ? argv[1] : "";

@@ -32,8 +32,7 @@ void check_sampler(const std::vector<float>& logits, const SamplingParams& p, in
   const int vocab = static_cast<int>(logits.size());
   std::vector<int> order(vocab);
   for (int i = 0; i < vocab; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return logits[a] > logits[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
   const int k = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
   std::vector<double> w(k);
   double total = 0;

@@ -24,7 +24,7 @@ void test_kv_blocks() {
   CHECK(kv.grow(a, 5));
   CHECK(a.size() == 2 && a[0] == 1 && a[1] == 2 && kv.free() == 2);
   CHECK(kv.grow(a, 8) && a.size() == 2);  // still covered
-  CHECK(!kv.grow(b, 13));                   // needs 4, 2 free: all or nothing
+  CHECK(!kv.grow(b, 13));                 // needs 4, 2 free: all or nothing
   CHECK(b.empty() && kv.free() == 2);
   CHECK(kv.grow(b, 8) && kv.free() == 0 && b[0] == 3 && b[1] == 4);
   kv.release(a);
@@ -56,9 +56,9 @@ void test_kv_blocks() {
 // Drives a Scheduler like the engine does, with "sampling" that appends a token after
 // every logits row until the sequence has `total` tokens, and checks invariants each step.
 struct SimSeq : Sequence {
-  int total = 0;          // prompt + generated at the end
+  int total = 0;  // prompt + generated at the end
   int prompt = 0;
-  int fed_to = 0;         // positions fed so far in this residency (checks order)
+  int fed_to = 0;  // positions fed so far in this residency (checks order)
   bool done = false;
 };
 
@@ -75,13 +75,11 @@ void check_plan(const Scheduler& sc, const StepPlan& plan) {
     CHECK(c.logits == (c.start + c.count == static_cast<int>(c.seq->tokens.size())));
     CHECK(c.seq->slot >= 0 && c.seq->slot < cfg.max_concurrency);
     CHECK(static_cast<int>(c.seq->blocks.size()) * cfg.block_size >= c.start + c.count);
-    const bool admitted = std::find(plan.admitted.begin(), plan.admitted.end(), c.seq) !=
-                          plan.admitted.end();
+    const bool admitted =
+        std::find(plan.admitted.begin(), plan.admitted.end(), c.seq) != plan.admitted.end();
     const bool decode = c.seq->pending() == 1 && !admitted;
-    if (decode)
-      CHECK(!prefill_seen);  // decode rows first
-    else
-      prefill_seen = true;
+    if (decode) CHECK(!prefill_seen);  // decode rows first
+    else prefill_seen = true;
     rows += c.count;
   }
   CHECK(rows == plan.rows);
@@ -131,10 +129,8 @@ int simulate(const SchedulerConfig& cfg, std::vector<SimSeq>& seqs, int max_step
       if (!c.logits) continue;
       SimSeq& s = static_cast<SimSeq&>(*c.seq);
       // The sampled token is the sequence's last (total - 1 tokens stored) or fed back.
-      if (static_cast<int>(s.tokens.size()) + 1 >= s.total)
-        s.done = true;
-      else
-        s.tokens.push_back(static_cast<int32_t>(s.tokens.size() % kVocab));
+      if (static_cast<int>(s.tokens.size()) + 1 >= s.total) s.done = true;
+      else s.tokens.push_back(static_cast<int32_t>(s.tokens.size() % kVocab));
       if (s.done) {
         sc.remove(&s);
         --live;
@@ -162,8 +158,9 @@ void test_scheduler() {
 
   // A long prompt is chunked and never stalls the decode of a running request.
   {
-    SchedulerConfig cfg{/*max_concurrency=*/2, /*table_rows=*/2, /*step_tokens=*/4,
-                        /*kv_blocks=*/65, /*block_size=*/4, /*blocks_per_seq=*/16};
+    SchedulerConfig cfg{
+        /*max_concurrency=*/2, /*table_rows=*/2, /*step_tokens=*/4,
+        /*kv_blocks=*/65,      /*block_size=*/4, /*blocks_per_seq=*/16};
     Scheduler sc(cfg);
     auto seqs = make_seqs({{2, 40}, {20, 24}});
     sc.add(&seqs[0]);
@@ -192,7 +189,11 @@ void test_scheduler() {
   // A prefill limit caps prompt rows only while something decodes (at least one row,
   // so the prompt still progresses); alone, a prompt takes the whole budget.
   {
-    SchedulerConfig cfg{2, 2, /*step_tokens=*/8, /*kv_blocks=*/65, /*block_size=*/4,
+    SchedulerConfig cfg{2,
+                        2,
+                        /*step_tokens=*/8,
+                        /*kv_blocks=*/65,
+                        /*block_size=*/4,
                         /*blocks_per_seq=*/16};
     Scheduler sc(cfg);
     auto seqs = make_seqs({{20, 40}, {30, 40}});

@@ -189,8 +189,8 @@ int num_threads() { return pool().size(); }
 
 void KernelArgs::reserve_arg(const char* what) {
   if (num_args_ >= kMaxArgs)
-    throw std::length_error(std::string("kernel call with more than ") +
-                            std::to_string(kMaxArgs) + " arguments (at a " + what + ")");
+    throw std::length_error(std::string("kernel call with more than ") + std::to_string(kMaxArgs) +
+                            " arguments (at a " + what + ")");
 }
 
 KernelArgs& KernelArgs::tensor(const void* data, DLDataType dtype,
@@ -239,8 +239,7 @@ void KernelArgs::call(PackedKernel fn, const char* name) {
 
 // Backend hooks the LLVM-built kernel objects reference as weak pointer variables.
 extern "C" {
-int (*__TVMBackendParallelLaunch)(FTVMParallelLambda, void*, int) =
-    ninfer::cpu::parallel_launch;
+int (*__TVMBackendParallelLaunch)(FTVMParallelLambda, void*, int) = ninfer::cpu::parallel_launch;
 int (*__TVMBackendParallelBarrier)(int, TVMParallelGroupEnv*) = ninfer::cpu::parallel_barrier;
 void* (*__TVMBackendAllocWorkspace)(int, int, uint64_t, int, int) = ninfer::cpu::alloc_workspace;
 int (*__TVMBackendFreeWorkspace)(int, int, void*) = ninfer::cpu::free_workspace;

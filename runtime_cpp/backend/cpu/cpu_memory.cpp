@@ -4,9 +4,9 @@
 #include <cstring>
 #include <new>
 
-#include "model/artifact.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "model/artifact.h"
 
 namespace ninfer::backend {
 

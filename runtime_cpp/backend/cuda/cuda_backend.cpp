@@ -33,8 +33,8 @@ DeviceInfo query_device(int ordinal) {
 
 void guard_device(const DeviceInfo& dev, const CompiledTarget& t, bool allow_more_sms) {
   const std::string device = "GPU " + std::to_string(dev.ordinal) + " (" + dev.name + ", sm_" +
-                             std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) +
-                             ", " + std::to_string(dev.sm_count) + " SMs)";
+                             std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ", " +
+                             std::to_string(dev.sm_count) + " SMs)";
   const std::string target = std::string("target '") + t.name + "' (sm_" +
                              std::to_string(t.cc_major) + std::to_string(t.cc_minor) + ", " +
                              std::to_string(t.sm_count) + " SMs)";
@@ -43,13 +43,13 @@ void guard_device(const DeviceInfo& dev, const CompiledTarget& t, bool allow_mor
                              ": compute capability differs; recompile with the right --target");
   if (dev.sm_count != t.sm_count) {
     if (!allow_more_sms || dev.sm_count < t.sm_count)
-      throw std::runtime_error(
-          device + " does not match this server's " + target +
-          ": the resident-CTA budgets were proven for " + std::to_string(t.sm_count) +
-          " SMs; recompile for this GPU" +
-          (dev.sm_count > t.sm_count ? " (or pass --allow-more-sms to run with the smaller, "
-                                       "still-safe budgets)"
-                                     : ""));
+      throw std::runtime_error(device + " does not match this server's " + target +
+                               ": the resident-CTA budgets were proven for " +
+                               std::to_string(t.sm_count) + " SMs; recompile for this GPU" +
+                               (dev.sm_count > t.sm_count
+                                    ? " (or pass --allow-more-sms to run with the smaller, "
+                                      "still-safe budgets)"
+                                    : ""));
     std::fprintf(stderr,
                  "ninfer-server: %s has more SMs than %s; running with the budgets proven "
                  "for %d SMs (nothing recomputed)\n",

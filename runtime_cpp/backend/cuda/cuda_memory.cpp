@@ -5,9 +5,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/artifact.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "model/artifact.h"
 
 namespace ninfer {
 namespace cuda {
@@ -20,7 +20,7 @@ namespace backend {
 namespace {
 cuda::DeviceInfo g_device;
 bool g_graphs = true;
-}
+}  // namespace
 
 struct Arena::Impl {
   std::vector<cuda::DeviceBuffer> blocks;
@@ -132,8 +132,7 @@ void to_device(void* dst, const void* src, size_t bytes) {
 }
 
 void to_host(void* dst, const void* src, size_t bytes) {
-  cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda::stream()),
-              "to_host");
+  cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda::stream()), "to_host");
 }
 
 void synchronize() { cuda::check(cudaStreamSynchronize(cuda::stream()), "synchronize"); }

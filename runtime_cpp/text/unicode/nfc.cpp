@@ -66,12 +66,12 @@ char32_t compose(char32_t a, char32_t b) {
     return a + (b - kTBase);
   }
   const auto* end = std::end(kCompositions);
-  const auto* it = std::lower_bound(std::begin(kCompositions), end, std::make_pair(a, b),
-                                    [](uint16_t i, const std::pair<char32_t, char32_t>& key) {
-                                      const auto& d = kDecompositions[i];
-                                      return d.first != key.first ? d.first < key.first
-                                                                  : d.second < key.second;
-                                    });
+  const auto* it =
+      std::lower_bound(std::begin(kCompositions), end, std::make_pair(a, b),
+                       [](uint16_t i, const std::pair<char32_t, char32_t>& key) {
+                         const auto& d = kDecompositions[i];
+                         return d.first != key.first ? d.first < key.first : d.second < key.second;
+                       });
   if (it == end) return 0;
   const auto& d = kDecompositions[*it];
   return d.first == a && d.second == b ? d.cp : 0;

@@ -7,6 +7,7 @@
 // U+1193D-U+1193E, U+11943, U+119E0, U+11A34, U+11A47, U+11A99, U+11D42, U+11D44-U+11D45, U+11D97,
 // U+16FF0-U+16FF1, U+1E130-U+1E136, U+1E2AE, U+1E2EC-U+1E2EF
 // No decomposition (as in Hugging Face) for: U+11938
+// clang-format off
 #pragma once
 
 #include <cstdint>

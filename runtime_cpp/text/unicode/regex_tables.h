@@ -4,6 +4,7 @@
 // Oniguruma, as PCRE2 class items. Differences this cannot express:
 //   \p{Mn} still matches U+1171E
 //   \p{Cn} and \p{C} still match the 10301 new characters
+// clang-format off
 #pragma once
 
 namespace ninfer::regex_tables {
