@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check compiler tests benchmarks runtime_cpp/tools
+# C++ style (.clang-format) of the runtime and the native tests (generated code excluded).
+git ls-files -z 'runtime_cpp/*.h' 'runtime_cpp/*.cpp' 'tests/native/*.h' 'tests/native/*.cpp' \
+    tests/kernels/cuda_emulation.h | xargs -0 .venv/bin/clang-format --dry-run -Werror
 .venv/bin/mypy
 .venv/bin/lint-imports  # the pipeline's import layers (pyproject [tool.importlinter])
 export TVM_NUM_THREADS=${TVM_NUM_THREADS:-2}

@@ -1,58 +1,62 @@
-"""Build a throwaway pybind11 extension from runtime_cpp sources, for unit tests.
+"""Build the native test targets (tests/native/CMakeLists.txt) for the Python tests.
 
-Unit tests of model-independent C++ (tokenizer, chat format, ...) use this instead of a
-full `ninfer-compile` build: one `c++` call per module, cached by ccache when present.
-Each binding file defines `void <bind_fn>(pybind11::module_&)`; the module's init calls
-every listed binder in order.
+The repository's top-level CMake project, with NINFER_BUILD_TESTS=ON, is configured once
+into build/native with the PyPI cmake and ninja next to this Python (ccache as the
+compiler launcher when present); each test session then builds the targets it needs,
+and Ninja rebuilds only what changed. The runtime is built through the same targets a
+compiled model links (runtime_cpp/CMakeLists.txt), so no test lists runtime sources.
 """
 
 from __future__ import annotations
 
-import hashlib
+import fcntl
 import importlib.util
-import shutil
+import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 from types import ModuleType
 
 import pybind11
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNTIME = ROOT / "runtime_cpp"
+BUILD = ROOT / "build" / "native"
+NATIVE = BUILD / "tests" / "native"  # where tests/native/CMakeLists.txt puts its targets
 
 
-def build_extension(
-    name: str, sources: list[str], binders: list[str], out_dir: Path, libs: tuple[str, ...] = ()
-) -> ModuleType:
-    """Compile `sources` (paths relative to runtime_cpp/) into module `name` and import it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    decls = "\n".join(f"void {b}(pybind11::module_& m);" for b in binders)
-    calls = "\n".join(f"  {b}(m);" for b in binders)
-    main = out_dir / f"{name}_module.cpp"
-    main.write_text(
-        "#include <pybind11/pybind11.h>\n"
-        f"{decls}\nPYBIND11_MODULE({name}, m) {{\n{calls}\n}}\n"
-    )
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    target = out_dir / f"{name}{suffix}"
-    srcs = [str(RUNTIME / s) for s in sources] + [str(main)]
-    digest = hashlib.sha256()
-    for s in srcs:
-        digest.update(Path(s).read_bytes())
-    stamp = out_dir / f"{name}.sha256"
-    if not (target.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest()):
-        cxx = ["ccache", "c++"] if shutil.which("ccache") else ["c++"]
-        cmd = [
-            *cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
-            f"-I{RUNTIME}", f"-I{pybind11.get_include()}",
-            f"-I{sysconfig.get_paths()['include']}",
-            *srcs, "-o", str(target), *[f"-l{lib}" for lib in libs],
-        ]
-        subprocess.run(cmd, check=True)
-        stamp.write_text(digest.hexdigest())
-    spec = importlib.util.spec_from_file_location(name, target)
+def _tool(name: str) -> str:
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else name
+
+
+def build(*targets: str) -> Path:
+    """Configure build/native if needed, build `targets`; returns the tests' output dir."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "CCACHE_BASEDIR": str(ROOT)}
+    with open(BUILD / ".lock", "w") as lock:  # one configure/build at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (BUILD / "build.ninja").exists():
+            _run([_tool("cmake"), "-S", str(ROOT), "-B", str(BUILD), "-G", "Ninja",
+                  f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DNINFER_BUILD_TESTS=ON",
+                  f"-DPython_EXECUTABLE={sys.executable}",
+                  f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"], env)
+        _run([_tool("cmake"), "--build", str(BUILD), "--target", *targets], env)
+    return NATIVE
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-60:])
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed (exit {proc.returncode}):\n{tail}")
+
+
+def extension(name: str) -> ModuleType:
+    """Build the pybind11 test module `name` (a tests/native/CMakeLists.txt target) and
+    import it."""
+    out = build(name) / "python"
+    [path] = out.glob(f"{name}.*.so")
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from native_build import build_extension
+import native_build
 from ninfer.demo import chat_templates as T
 from ninfer.frontend.chat_template import (
     ChatFormat,
@@ -70,13 +70,8 @@ def formats() -> dict[str, ChatFormat]:
 
 
 @pytest.fixture(scope="session")
-def chat_ext(tmp_path_factory):
-    return build_extension(
-        "ninfer_chat_ext",
-        ["chat_format.cpp", "python/bind_chat.cpp"],
-        ["ninfer_bind_chat"],
-        tmp_path_factory.mktemp("chat"),
-    )
+def chat_ext():
+    return native_build.extension("ninfer_chat_ext")
 
 
 @pytest.mark.parametrize("name", sorted(DEMO))

@@ -1,4 +1,4 @@
-"""The C++ tokenizer (runtime_cpp/tokenizer.h) against Hugging Face `tokenizers`.
+"""The C++ tokenizer (runtime_cpp/text/tokenizer.h) against Hugging Face `tokenizers`.
 
 Ids, decoded text and streamed text must be identical to HF for the demo tokenizers and for
 variants exercising every supported component option.
@@ -18,31 +18,17 @@ import pytest
 from tokenizers import Regex, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from native_build import build_extension
+import native_build
 from ninfer.demo.tokenizer import LLAMA3_SPECIAL, QWEN_NOT_SPECIAL, QWEN_SPECIAL, make_tokenizer
 
 pytestmark = pytest.mark.unit
 
-SOURCES = [
-    "tokenizer.cpp",
-    "tokenizer_json.cpp",
-    "added_tokens.cpp",
-    "bpe.cpp",
-    "pretokenize.cpp",
-    "pcre2_regex.cpp",
-    "unicode_nfc.cpp",
-    "utf8.cpp",
-    "python/bind_tokenizer.cpp",
-]
 STYLES = ("qwen", "llama3")
 
 
 @pytest.fixture(scope="session")
-def ext(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    out = tmp_path_factory.mktemp("tok")
-    return build_extension(
-        "ninfer_tokenizer_ext", SOURCES, ["ninfer_bind_tokenizer"], out, libs=("pcre2-8",)
-    )
+def ext() -> Any:
+    return native_build.extension("ninfer_tokenizer_ext")
 
 
 @pytest.fixture(scope="session")

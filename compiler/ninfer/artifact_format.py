@@ -15,7 +15,7 @@ The manifest holds the model id and config, the target (name, kind, hash, arch, 
 the compiled serve limits, tokenizer.json, the chat format, and a tensor table with
 dtype, shape, offset, byte size and XXH64 of each payload. Tensor dtypes: f32, f16, bf16
 (stored as its 16-bit pattern), i8, u8 (packed 4-bit weights), all little endian. The C++ loader
-(`runtime_cpp/artifact.cpp`) checks all of them and says which one failed.
+(`runtime_cpp/model/artifact.cpp`) checks all of them and says which one failed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-// Python binding of ChatFormat, for tests: render_chat(format_json, messages, add_generation_prompt)
+// Python binding of ChatFormat, for tests: render_chat(format_json, messages,
+// add_generation_prompt)
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -6,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "chat_format.h"
+#include "text/chat_format.h"
 
 namespace py = pybind11;
 
@@ -16,7 +17,8 @@ void ninfer_bind_chat(py::module_& m) {
       [](const std::string& format_json,
          const std::vector<std::pair<std::string, std::string>>& messages,
          bool add_generation_prompt, bool enable_thinking) {
-        ninfer::ChatFormat format = ninfer::ChatFormat::from_json(nlohmann::json::parse(format_json));
+        ninfer::ChatFormat format =
+            ninfer::ChatFormat::from_json(nlohmann::json::parse(format_json));
         std::vector<ninfer::ChatMessage> msgs;
         msgs.reserve(messages.size());
         for (const auto& [role, content] : messages) msgs.push_back({role, content});

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace py = pybind11;
 
@@ -55,7 +55,8 @@ void ninfer_bind_tokenizer(py::module_& m) {
       .def("vocab_size", &Tokenizer::vocab_size)
       .def("token_to_id", &Tokenizer::token_to_id, py::arg("token"))
       .def(
-          "token_bytes", [](const Tokenizer& t, int32_t id) { return py::bytes(t.token_bytes(id)); },
+          "token_bytes",
+          [](const Tokenizer& t, int32_t id) { return py::bytes(t.token_bytes(id)); },
           py::arg("id"))
       .def("is_special", &Tokenizer::is_special, py::arg("id"));
 }

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "artifact.h"
-#include "chat_format.h"
-#include "backend.h"
-#include "model.h"
-#include "sampling.h"
-#include "tokenizer.h"
+#include "backend/backend.h"
+#include "engine/sampling.h"
+#include "model/artifact.h"
+#include "model/model.h"
+#include "text/chat_format.h"
+#include "text/tokenizer.h"
 
 namespace py = pybind11;
 
@@ -30,7 +30,8 @@ class PyEngine {
     const ModelInfo& info = compiled_model_info();
     artifact_ = std::make_unique<Artifact>(path, info.target, info.target_hash);
     backend::init({threads, false});
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_json(artifact_->manifest().at("tokenizer")));
+    tokenizer_ =
+        std::make_unique<Tokenizer>(Tokenizer::from_json(artifact_->manifest().at("tokenizer")));
     model_ = create_model(*artifact_);
   }
 

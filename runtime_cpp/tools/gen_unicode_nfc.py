@@ -1,4 +1,4 @@
-"""Generate runtime_cpp/unicode_nfc_tables.h, the data behind the C++ NFC normalizer.
+"""Generate runtime_cpp/text/unicode/nfc_tables.h, the data behind the C++ NFC normalizer.
 
 Usage: python runtime_cpp/tools/gen_unicode_nfc.py [--output PATH] [--check]
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from _generator import generator_main
 from tokenizers import normalizers
 
-OUTPUT = Path(__file__).resolve().parents[1] / "unicode_nfc_tables.h"
+OUTPUT = Path(__file__).resolve().parents[1] / "text" / "unicode" / "nfc_tables.h"
 HANGUL = range(0xAC00, 0xAC00 + 11172)
 MAX_CP = 0x110000
 
@@ -133,6 +133,7 @@ def render() -> str:
 // Source: Python unicodedata {unicodedata.unidata_version}, with overrides taken from Hugging Face
 // tokenizers, whose NFC uses older Unicode data:
 {note_lines}
+// clang-format off
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-"""Generate runtime_cpp/unicode_regex_tables.h: Unicode category additions for PCRE2.
+"""Generate runtime_cpp/text/unicode/regex_tables.h: Unicode category additions for PCRE2.
 
 Usage: python runtime_cpp/tools/gen_unicode_regex.py [--output PATH] [--check]
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from _generator import generator_main
 from tokenizers import Regex, pre_tokenizers
 
-OUTPUT = Path(__file__).resolve().parents[1] / "unicode_regex_tables.h"
+OUTPUT = Path(__file__).resolve().parents[1] / "text" / "unicode" / "regex_tables.h"
 CODE_POINTS = [cp for cp in range(0x110000) if not 0xD800 <= cp < 0xE000]
 
 
@@ -119,6 +119,7 @@ def render() -> str:
 // {unicodedata.unidata_version} (standing in for PCRE2's data) and Hugging Face tokenizers'
 // Oniguruma, as PCRE2 class items. Differences this cannot express:
 {note_text}
+// clang-format off
 #pragma once
 
 namespace ninfer::regex_tables {{

@@ -109,7 +109,7 @@ inline void entry() {
 inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads,
                    const std::function<void()>& body) {
   constexpr size_t kStack = 64 * 1024;  // the kernels keep a few hundred bytes per thread
-  static std::vector<Fiber> fs;  // stacks are reused by every launch
+  static std::vector<Fiber> fs;         // stacks are reused by every launch
   if (fs.size() < threads) fs.resize(threads);
   for (auto& f : fs) f.stack.resize(kStack);
   fibers = &fs;

@@ -5,44 +5,108 @@
 // through the block table. So a request's output is right only if the engine fed the
 // right tokens at the right positions into blocks nobody else owns, whatever the batch,
 // chunking or preemptions did. Every step checks the StepBatch contract of model.h.
+//
+// Nothing here sleeps or reads the wall clock: a step's cost is modelled (set_cost) and
+// advances a FakeClock that the engine under test measures with, and a StepGate decides
+// when steps may run, so a test says exactly how far each request gets before it acts.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
+#include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "model.h"
-#include "tokenizer.h"
-
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "check.h"
+#include "engine/clock.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 namespace ninfer::fake {
 
 constexpr int kVocab = 27;  // 'a'..'z' and an end-of-sequence token
 constexpr int32_t kEos = 26;
 
+// A Clock that moves only when told: the fake model advances it by each step's cost.
+class FakeClock : public Clock {
+ public:
+  double now_ms() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ms_;
+  }
+  void advance(double ms) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ms_ += ms;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  double ms_ = 0;
+};
+
+// Decides when the fake model's steps run: pass() is called at the start of every step.
+class StepGate {
+ public:
+  virtual ~StepGate() = default;
+  virtual void pass() = 0;
+};
+
+// A step passes with a permit (allow) or freely once open(); otherwise it waits.
+class Gate : public StepGate {
+ public:
+  void pass() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++waiting_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_ || permits_ > 0; });
+    --waiting_;
+    if (!open_) --permits_;
+    cv_.notify_all();
+  }
+  void allow(int steps) {
+    std::lock_guard<std::mutex> lock(mu_);
+    permits_ += steps;
+    cv_.notify_all();
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+    permits_ = 0;
+  }
+  // Waits until a step is held at the gate with no permit left. The engine is then
+  // inside Model::step, having done everything the earlier steps lead to (events sent,
+  // requests reaped and admitted). The timeout only guards against a hang.
+  void wait_held() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool held = cv_.wait_for(lock, std::chrono::seconds(60),
+                                   [&] { return waiting_ > 0 && permits_ == 0 && !open_; });
+    CHECK(held);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int permits_ = 0, waiting_ = 0;
+  bool open_ = false;
+};
+
 class FakeModel : public Model {
  public:
   FakeModel(int max_concurrency, int prefill_chunk, int kv_blocks, int block_size,
-            int max_context, int step_sleep_ms = 0)
-      : step_sleep_ms_(step_sleep_ms) {
+            int max_context) {
     info_.model_id = "fake";
     info_.vocab_size = kVocab;
     info_.max_context = max_context;
@@ -57,7 +121,9 @@ class FakeModel : public Model {
   const ModelInfo& info() const override { return info_; }
 
   void step(const StepBatch& b, float* logits) override {
-    if (fail_at_step_ >= 0 && steps_.load() >= fail_at_step_) throw std::runtime_error("device lost");
+    if (gate_) gate_->pass();
+    if (fail_at_step_ >= 0 && steps_.load() >= fail_at_step_)
+      throw std::runtime_error("device lost");
     const ModelInfo& i = info_;
     CHECK(b.n >= 1 && b.n <= i.max_prefill_chunk);
     CHECK(b.n_logits >= 0 && b.n_logits <= i.max_concurrency);
@@ -102,23 +168,26 @@ class FakeModel : public Model {
     }
     steps_.fetch_add(1);
     max_rows_ = std::max(max_rows_.load(), b.n);
-    if (step_sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_sleep_ms_));
-    if (step_us_ > 0 || extra_row_us_ > 0) {  // a step's cost: a base plus each extra row
-      const int extra = b.n - static_cast<int>(used_slots.size());  // rows past 1 per seq
-      std::this_thread::sleep_for(std::chrono::microseconds(step_us_ + extra_row_us_ * extra));
-      std::lock_guard<std::mutex> lock(history_mu_);
-      history_.push_back({b.n, static_cast<int>(used_slots.size())});
-    }
+    // A step's cost: a base plus each row beyond one per sequence.
+    const int extra = b.n - static_cast<int>(used_slots.size());
+    const double cost = step_ms_ + extra_row_ms_ * extra;
+    if (clock_) clock_->advance(cost);
+    std::lock_guard<std::mutex> lock(history_mu_);
+    history_.push_back({b.n, static_cast<int>(used_slots.size()), cost});
   }
 
-  // Sleep step_us + extra_row_us per row beyond one per sequence in every step, and record
-  // each step's rows and sequences (history()).
-  void set_step_cost(int step_us, int extra_row_us) {
-    step_us_ = step_us;
-    extra_row_us_ = extra_row_us;
+  // Every step advances `clock` by step_ms plus extra_row_ms per row beyond one per
+  // sequence (history() records each step's rows, sequences and cost).
+  void set_cost(FakeClock* clock, double step_ms, double extra_row_ms) {
+    clock_ = clock;
+    step_ms_ = step_ms;
+    extra_row_ms_ = extra_row_ms;
   }
+  // Every step first passes `gate` (nullptr: steps run freely).
+  void set_gate(StepGate* gate) { gate_ = gate; }
   struct StepRows {
     int rows, seqs;
+    double cost_ms;
   };
   std::vector<StepRows> history() {
     std::lock_guard<std::mutex> lock(history_mu_);
@@ -139,13 +208,13 @@ class FakeModel : public Model {
     return pool_[static_cast<size_t>(blk) * info_.kv_block_size + pos % info_.kv_block_size];
   }
   ModelInfo info_;
-  int step_sleep_ms_;
-  int step_us_ = 0, extra_row_us_ = 0;
+  FakeClock* clock_ = nullptr;
+  double step_ms_ = 0, extra_row_ms_ = 0;
+  StepGate* gate_ = nullptr;
   std::mutex history_mu_;
   std::vector<StepRows> history_;
   std::vector<Cell> pool_;
 };
-
 
 // tokenizer.json of the fake vocabulary: one token per letter, <eos> special.
 inline nlohmann::json letters_tokenizer_json() {

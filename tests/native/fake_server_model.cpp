@@ -1,18 +1,57 @@
 // The generated-model side of ninfer-server replaced by the fake paged model, so the real
-// server.cpp can be tested over HTTP (admission control, cancellation on disconnect,
-// /metrics, the request log) without compiling a checkpoint. Built by
-// tests/test_scheduler_native.py with the runtime sources. NINFER_FAKE_STEP_MS sets how
-// long each step sleeps.
+// server (runtime_cpp/server/) can be tested over HTTP (admission control, cancellation on
+// disconnect, /metrics, the request log) without compiling a checkpoint. Built by
+// tests/native/CMakeLists.txt; driven by tests/test_scheduler_native.py.
+//
+// NINFER_FAKE_GATE=<fifo>: every step first reads one byte from the FIFO, so the test
+// decides how many steps run; once the test closes its end, later steps run freely.
+// Without it, steps run as fast as they can.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
-#include "artifact.h"
-#include "backend.h"
+#include "backend/backend.h"
 #include "fake_model.h"
-#include "model.h"
+#include "model/artifact.h"
+#include "model/model.h"
 
 namespace ninfer {
+namespace {
+
+class FifoGate : public fake::StepGate {
+ public:
+  explicit FifoGate(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY)) {
+    if (fd_ < 0) throw std::runtime_error("NINFER_FAKE_GATE " + path + ": " + std::strerror(errno));
+  }
+  ~FifoGate() override { ::close(fd_); }
+  void pass() override {
+    if (open_) return;
+    char c;
+    ssize_t n;
+    do {
+      n = ::read(fd_, &c, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) open_ = true;  // the test closed its end
+  }
+
+ private:
+  int fd_;
+  bool open_ = false;  // the engine loop is the only caller
+};
+
+class GatedFakeModel : public fake::FakeModel {
+ public:
+  using FakeModel::FakeModel;
+  std::unique_ptr<FifoGate> gate;
+};
+
+}  // namespace
 
 const ModelInfo& compiled_model_info() {
   static const ModelInfo info = [] {
@@ -35,10 +74,13 @@ const ModelInfo& compiled_model_info() {
 
 std::unique_ptr<Model> create_model(const Artifact&) {
   const ModelInfo& i = compiled_model_info();
-  const char* ms = std::getenv("NINFER_FAKE_STEP_MS");
-  return std::make_unique<fake::FakeModel>(i.max_concurrency, i.max_prefill_chunk, i.kv_blocks,
-                                           i.kv_block_size, i.max_context,
-                                           ms ? std::atoi(ms) : 0);
+  auto model = std::make_unique<GatedFakeModel>(i.max_concurrency, i.max_prefill_chunk, i.kv_blocks,
+                                                i.kv_block_size, i.max_context);
+  if (const char* path = std::getenv("NINFER_FAKE_GATE")) {
+    model->gate = std::make_unique<FifoGate>(path);
+    model->set_gate(model->gate.get());
+  }
+  return model;
 }
 
 namespace backend {

@@ -18,20 +18,6 @@ from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
 from ninfer.plan import MATMUL_ROLES, Plan
 from ninfer.targets import Target
 
-# Model-independent runtime sources compiled into every server (runtime_cpp/), and the
-# sources of each backend.
-RUNTIME_SOURCES = (
-    "added_tokens.cpp", "api.cpp", "artifact.cpp", "bpe.cpp", "chat_format.cpp",
-    "engine.cpp", "kv_blocks.cpp", "metrics.cpp", "pcre2_regex.cpp", "pretokenize.cpp",
-    "request_log.cpp", "sampling.cpp", "scheduler.cpp", "stop_matcher.cpp", "tokenizer.cpp",
-    "tokenizer_json.cpp", "unicode_nfc.cpp", "utf8.cpp",
-)
-BACKEND_SOURCES = {
-    "cpu": ("cpu_backend.cpp", "cpu_memory.cpp"),
-    "cuda": ("cuda_backend.cpp", "cuda_memory.cpp"),
-}
-
-
 # (template, generated file) pairs per backend: the step program and stub declarations
 # are shared, the launch table is the backend's own.
 GENERATED_FILES = {
@@ -72,14 +58,6 @@ def tvm_include_dirs() -> list[str]:
     return [str(base), str(tvm_inc)]
 
 
-def runtime_sources(kind: str) -> list[str]:
-    sources = [*RUNTIME_SOURCES, *BACKEND_SOURCES[kind]]
-    missing = [s for s in sources if not (RUNTIME_DIR / s).exists()]
-    if missing:
-        raise FileNotFoundError(f"runtime_cpp is incomplete: missing {', '.join(missing)}")
-    return sources
-
-
 def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
                 backend: Backend, src_dir: Path, out_dir: Path,
                 python_module: bool = True) -> GeneratedTree:
@@ -111,7 +89,6 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "stubs": stubs,
         "buffers": plan.buffers,
         "runtime_dir": str(RUNTIME_DIR),
-        "runtime_sources": runtime_sources(target.kind),
         "tvm_includes": tvm_include_dirs(),
         "coop": {},
         "coop_source": "",

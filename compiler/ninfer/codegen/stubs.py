@@ -22,7 +22,7 @@ _DLTYPES = {"float32": "cpu::f32()", "int32": "cpu::i32()", "float16": "cpu::f16
 
 
 
-CPU_MAX_ARGS = 12  # KernelArgs::kMaxArgs in runtime_cpp/cpu_backend.h
+CPU_MAX_ARGS = 12  # KernelArgs::kMaxArgs in runtime_cpp/backend/cpu/cpu_backend.h
 
 
 @dataclass(frozen=True)
@@ -124,5 +124,6 @@ def make_stub(spec: KernelSpec) -> KernelStub:
             output=arg.name == "out" or arg.name.startswith("out_")))
     if len(params) + rows > CPU_MAX_ARGS:
         raise ValueError(f"{spec.name()} takes {len(params) + rows} arguments; the CPU "
-                         f"launcher (runtime_cpp/cpu_backend.h KernelArgs) holds {CPU_MAX_ARGS}")
+                         "launcher (runtime_cpp/backend/cpu/cpu_backend.h KernelArgs) holds "
+                         f"{CPU_MAX_ARGS}")
     return KernelStub(spec.name(), spec.family, tuple(params), rows)

@@ -13,7 +13,7 @@ transformers does, using sentinel message contents, and read off a simple format
 The derived format is then verified against jinja2 on many random conversations; any difference
 raises `ChatTemplateError`. Contents are always treated literally: a template that inspects or
 rewrites message contents (beyond trimming whitespace) is rejected, never approximated.
-`ChatFormat.render` is the reference for `runtime_cpp/chat_format.cpp`; keep them in sync.
+`ChatFormat.render` is the reference for `runtime_cpp/text/chat_format.cpp`; keep them in sync.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ class LaunchCheck:
     max_ok_size: the largest size s such that every size from the first one to s fits
     (first size - 1 when none does). ctas_per_sm / budget: the smallest over all sizes.
     threads, max_dynamic_smem and resident_budget are what the runtime re-checks before
-    each launch (runtime_cpp/cuda_backend.h `LaunchBounds`).
+    each launch (runtime_cpp/backend/cuda/cuda_backend.h `LaunchBounds`).
     """
 
     launch: LaunchSpec

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda_backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "kernels.h"
 
 // ---- device code: TVM-generated from the scheduled PrimFuncs ----

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "artifact.h"
-#include "backend.h"
+#include "model/artifact.h"
+#include "backend/backend.h"
 #include "kernels.h"
-#include "model.h"
+#include "model/model.h"
 
 namespace ninfer {
 namespace {

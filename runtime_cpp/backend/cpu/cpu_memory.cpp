@@ -1,0 +1,65 @@
+// backend/backend.h on the CPU: host memory; weights are read in place from the mmapped
+// artifact; init() sizes the kernel thread pool.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "model/artifact.h"
+
+namespace ninfer::backend {
+
+struct Arena::Impl {
+  std::vector<void*> blocks;
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    blocks.push_back(p);
+    return p;
+  }
+};
+
+Arena::Arena() : impl_(std::make_unique<Impl>()) {}
+Arena::~Arena() {
+  for (void* p : impl_->blocks) std::free(p);
+}
+
+float* Arena::floats(size_t count) { return static_cast<float*>(impl_->alloc(count * 4)); }
+int32_t* Arena::ints(size_t count) { return static_cast<int32_t*>(impl_->alloc(count * 4)); }
+void* Arena::bytes(size_t count) { return impl_->alloc(count); }
+
+const float* Arena::weight(const Artifact& artifact, const std::string& name,
+                           const std::vector<int64_t>& shape) {
+  return artifact.tensor(name, shape);
+}
+
+const void* Arena::weight(const Artifact& artifact, const std::string& name,
+                          const std::string& dtype, const std::vector<int64_t>& shape) {
+  return artifact.tensor(name, dtype, shape);
+}
+
+void init(const Options& options) {
+  if (options.threads > 0) cpu::set_num_threads(options.threads);
+}
+
+std::string describe() { return std::to_string(cpu::num_threads()) + " threads"; }
+
+void to_device(void* dst, const void* src, size_t bytes) {
+  if (dst != src) std::memcpy(dst, src, bytes);
+}
+void to_host(void* dst, const void* src, size_t bytes) {
+  if (dst != src) std::memcpy(dst, src, bytes);
+}
+void synchronize() {}
+
+// The CPU has no graphs: every step runs its kernels directly.
+struct StepGraphs::Impl {};
+StepGraphs::StepGraphs() = default;
+StepGraphs::~StepGraphs() = default;
+void StepGraphs::run(uint64_t, const std::function<void()>& body) { body(); }
+size_t StepGraphs::captured() const { return 0; }
+bool graphs_enabled() { return false; }
+
+}  // namespace ninfer::backend

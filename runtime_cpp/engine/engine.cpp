@@ -1,0 +1,408 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "engine/clock.h"
+#include "engine/stop_matcher.h"
+#include "observe/metrics.h"
+#include "observe/request_log.h"
+
+namespace ninfer {
+
+// A request inside the engine: its scheduling state plus its own sampling and text state.
+struct Engine::Seq : Sequence {
+  Seq(std::shared_ptr<RequestState> st, const Tokenizer& tok, int max_tokens)
+      : state(std::move(st)), sampler(state->request.seed), decoder(tok, true),
+        stops(state->request.stop), max_tokens(max_tokens) {
+    tokens = state->request.prompt;
+  }
+  std::shared_ptr<RequestState> state;
+  Sampler sampler;
+  StreamDecoder decoder;
+  StopMatcher stops;
+  int max_tokens;
+  int generated = 0;
+  std::vector<int32_t> pending_tokens;  // sampled, not yet sent (held by the stop matcher)
+  double t_admit = -1, t_first = -1, t_last = -1;
+
+  int prompt_n() const { return static_cast<int>(state->request.prompt.size()); }
+};
+
+namespace {
+
+SchedulerConfig scheduler_config(const ModelInfo& info, const EngineOptions& o) {
+  auto pick = [](int requested, int compiled, const char* what) {
+    if (requested < 0 || requested > compiled)
+      throw std::invalid_argument(std::string(what) + " " + std::to_string(requested) +
+                                  " must be in [1, " + std::to_string(compiled) +
+                                  "] (the compiled maximum)");
+    return requested == 0 ? compiled : requested;
+  };
+  SchedulerConfig c;
+  c.table_rows = info.max_concurrency;
+  c.step_tokens = pick(o.step_tokens, info.max_prefill_chunk, "prefill chunk");
+  // Every running request needs a row in each step, or decodes would crowd out admission.
+  c.max_concurrency = o.max_concurrency > 0
+                          ? pick(o.max_concurrency, info.max_concurrency, "max concurrency")
+                          : std::min(info.max_concurrency, c.step_tokens);
+  if (c.max_concurrency > c.step_tokens)
+    throw std::invalid_argument("max concurrency " + std::to_string(c.max_concurrency) +
+                                " exceeds the step token budget " + std::to_string(c.step_tokens) +
+                                " (--prefill-chunk): every running request needs a row in "
+                                "each step");
+  c.kv_blocks = info.kv_blocks;
+  c.block_size = info.kv_block_size;
+  c.blocks_per_seq = info.blocks_per_seq;
+  return c;
+}
+
+}  // namespace
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
+               const EngineOptions& options)
+    : model_(model), tokenizer_(tokenizer), eos_ids_(std::move(eos_ids)),
+      sched_config_(scheduler_config(model.info(), options)),
+      context_limit_(options.context_limit > 0
+                         ? std::min(options.context_limit, model.info().max_context)
+                         : model.info().max_context),
+      max_positions_(0), max_pending_(options.max_pending),
+      pending_timeout_ms_(options.pending_timeout_ms),
+      max_decode_slowdown_(options.max_decode_slowdown), metrics_(options.metrics),
+      log_(options.request_log), clock_(options.clock ? *options.clock : steady_clock()),
+      sched_(sched_config_) {
+  const ModelInfo& info = model.info();
+  max_positions_ = sched_.max_positions();
+  logits_.resize(static_cast<size_t>(info.max_concurrency) * info.vocab_size);
+  tokens_.resize(info.max_prefill_chunk);
+  positions_.resize(info.max_prefill_chunk);
+  slots_.resize(info.max_prefill_chunk);
+  logit_rows_.resize(info.max_concurrency);
+  block_tables_.resize(static_cast<size_t>(info.max_concurrency) * info.blocks_per_seq);
+  free_slots_ = sched_.free_slots();
+  publish();
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+  }
+  cv_.notify_all();
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Engine::publish() {
+  // Loop thread (or constructor): the scheduler is not shared.
+  const int running = static_cast<int>(sched_.running().size());
+  const int waiting = static_cast<int>(sched_.waiting().size());
+  int incoming;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting_ = waiting;
+    free_slots_ = sched_.free_slots();
+    incoming = static_cast<int>(incoming_.size());
+  }
+  if (metrics_) {
+    metrics_->set_requests(running, waiting + incoming);
+    metrics_->set_kv_blocks(sched_.kv().used(), sched_.kv().total());
+  }
+}
+
+void Engine::loop() {
+  bool shutting_down = false;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock,
+               [&] { return stopping_ || !incoming_.empty() || !seqs_.empty() || shutting_down_; });
+      if (stopping_) break;
+      shutting_down = shutting_down_;
+      for (auto& state : incoming_) {
+        auto seq = std::make_unique<Seq>(state, tokenizer_, state->request.max_tokens);
+        sched_.add(seq.get());
+        seqs_.push_back(std::move(seq));
+      }
+      waiting_ += static_cast<int>(incoming_.size());
+      incoming_.clear();
+    }
+    if (shutting_down && !seqs_.empty()) {
+      std::vector<Seq*> all;
+      for (auto& p : seqs_) all.push_back(static_cast<Seq*>(p.get()));
+      const double now = clock_.now_ms();
+      for (Seq* s : all) fail(*s, "The server is shutting down", "shutting_down", now);
+    }
+    reap(clock_.now_ms());
+    if (seqs_.empty()) {
+      publish();
+      if (shutting_down) {  // nothing left to do until the destructor stops the loop
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !incoming_.empty(); });
+      }
+      continue;
+    }
+    StepPlan plan = sched_.plan(prefill_limit());
+    const double now = clock_.now_ms();
+    for (Sequence* p : plan.admitted) {
+      Seq& s = static_cast<Seq&>(*p);
+      if (s.t_admit >= 0) continue;  // readmitted after a preemption
+      s.t_admit = now;
+      s.state->mark_started();
+      const double queue_ms = now - s.state->submitted_ms;
+      if (metrics_) metrics_->observe_queue(queue_ms / 1000);
+      if (log_) {
+        RequestRecord rec;
+        rec.event = "start";
+        rec.id = s.state->request.id;
+        rec.prompt_tokens = s.prompt_n();
+        rec.max_tokens = s.max_tokens;
+        rec.queue_ms = queue_ms;
+        log_->write(rec);
+      }
+    }
+    if (metrics_ && !plan.preempted.empty())
+      metrics_->add_preemptions(static_cast<int>(plan.preempted.size()));
+    publish();
+    if (plan.rows == 0) {  // nothing runnable (should not happen); do not spin
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(5));
+      continue;
+    }
+    run_step(plan);
+    publish();
+  }
+  // Shutting down: nobody will serve what is left.
+  const double now = clock_.now_ms();
+  while (!seqs_.empty()) fail(*seqs_.back(), "the server is shutting down", "", now);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& state : incoming_) {
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = "the server is shutting down";
+    state->push(std::move(ev));
+  }
+  incoming_.clear();
+}
+
+void Engine::reap(double now) {
+  std::vector<Seq*> cancelled, expired;
+  for (auto& p : seqs_) {
+    Seq& s = *p;
+    if (s.state->cancelled.load()) cancelled.push_back(&s);
+    else if (pending_timeout_ms_ > 0 && s.t_admit < 0 &&
+             now - s.state->submitted_ms > pending_timeout_ms_)
+      expired.push_back(&s);
+  }
+  for (Seq* s : cancelled) finish(*s, "cancelled", now);
+  for (Seq* s : expired) {
+    const std::string msg = "The request waited " +
+                            std::to_string(static_cast<int64_t>(now - s->state->submitted_ms)) +
+                            " ms without being scheduled (the pending timeout is " +
+                            std::to_string(static_cast<int64_t>(pending_timeout_ms_)) +
+                            " ms); the server is overloaded, retry later";
+    log_rejected(s->state->request, s->max_tokens, "pending_timeout", msg);
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = msg;
+    ev.error_code = "pending_timeout";
+    s->state->push(std::move(ev));
+    drop(*s);
+  }
+}
+
+int Engine::prefill_limit() const {
+  if (max_decode_slowdown_ <= 1 || decode_step_ms_ <= 0 || prompt_row_ms_ <= 0)
+    return std::numeric_limits<int>::max();
+  const double rows = (max_decode_slowdown_ - 1) * decode_step_ms_ / prompt_row_ms_;
+  return rows >= sched_config_.step_tokens ? std::numeric_limits<int>::max()
+                                           : std::max(1, static_cast<int>(rows));
+}
+
+void Engine::run_step(StepPlan& plan) {
+  const ModelInfo& info = model_.info();
+  int row = 0, n_logits = 0;
+  for (const Chunk& c : plan.chunks) {
+    for (int i = 0; i < c.count; ++i, ++row) {
+      tokens_[row] = c.seq->tokens[c.start + i];
+      positions_[row] = c.start + i;
+      slots_[row] = c.seq->slot;
+    }
+    if (c.logits) logit_rows_[n_logits++] = row - 1;
+  }
+  sched_.fill_block_tables(block_tables_.data());
+  StepBatch batch;
+  batch.n = plan.rows;
+  batch.tokens = tokens_.data();
+  batch.positions = positions_.data();
+  batch.slots = slots_.data();
+  batch.block_tables = block_tables_.data();
+  batch.n_logits = n_logits;
+  batch.logit_rows = logit_rows_.data();
+  const double t0 = clock_.now_ms();
+  try {
+    model_.step(batch, logits_.data());
+  } catch (const std::exception& e) {
+    const double now = clock_.now_ms();
+    for (const Chunk& c : plan.chunks)
+      fail(static_cast<Seq&>(*c.seq), std::string("model step failed: ") + e.what(), "", now);
+    return;
+  }
+  {
+    const double ms = clock_.now_ms() - t0;
+    int single = 0;  // decode rows (and last prompt tokens): one row per sequence
+    for (const Chunk& c : plan.chunks) single += c.count == 1;
+    const int prompt_rows = plan.rows - single;
+    auto ema = [](double& avg, double x) { avg = avg > 0 ? 0.75 * avg + 0.25 * x : x; };
+    if (prompt_rows == 0) ema(decode_step_ms_, ms);
+    else if (single > 0 && decode_step_ms_ > 0)
+      ema(prompt_row_ms_, std::max(1e-3, ms - decode_step_ms_) / prompt_rows);
+  }
+  sched_.commit(plan);
+  if (metrics_) metrics_->observe_step_tokens(plan.rows);
+  const double now = clock_.now_ms();
+  int k = 0;
+  for (const Chunk& c : plan.chunks) {
+    if (!c.logits) continue;
+    Seq& s = static_cast<Seq&>(*c.seq);
+    const float* row_logits = logits_.data() + static_cast<size_t>(k++) * info.vocab_size;
+    try {
+      on_token(s, row_logits, now);  // may finish and destroy s
+    } catch (const std::exception& e) {
+      fail(s, e.what(), "", now);
+    }
+  }
+}
+
+bool Engine::on_token(Seq& s, const float* logits, double now) {
+  const GenerationRequest& req = s.state->request;
+  const int32_t token = s.sampler.sample(logits, model_.info().vocab_size, req.sampling);
+  ++s.generated;
+  if (metrics_) {
+    metrics_->add_generation_tokens(1);
+    if (s.generated == 1) {
+      metrics_->add_prompt_tokens(s.prompt_n());
+      metrics_->observe_ttft((now - s.state->submitted_ms) / 1000);
+      metrics_->observe_prefill((now - s.t_admit) / 1000);
+    } else {
+      metrics_->observe_inter_token((now - s.t_last) / 1000);
+    }
+  }
+  if (s.generated == 1) s.t_first = now;
+  s.t_last = now;
+  const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+  if (is_eos && !req.ignore_eos) {
+    finish(s, "stop", now);
+    return true;
+  }
+  s.pending_tokens.push_back(token);
+  const StopMatcher::Result r = s.stops.feed(s.decoder.push(token));
+  if (!r.text.empty() || r.stopped) {
+    GenerationEvent ev;
+    ev.text = r.text;
+    ev.tokens.swap(s.pending_tokens);
+    s.state->push(std::move(ev));
+  }
+  if (r.stopped) {
+    finish(s, "stop", now);
+    return true;
+  }
+  if (s.generated >= s.max_tokens || static_cast<int>(s.tokens.size()) >= context_limit_) {
+    finish(s, "length", now);
+    return true;
+  }
+  s.tokens.push_back(token);  // fed back in the next step
+  return false;
+}
+
+void Engine::finish(Seq& s, const std::string& reason, double now) {
+  if (reason != "stop" || !s.stops.stopped()) {
+    const StopMatcher::Result r = s.stops.finish(s.decoder.flush());
+    if (!r.text.empty() || !s.pending_tokens.empty()) {
+      GenerationEvent ev;
+      ev.text = r.text;
+      ev.tokens.swap(s.pending_tokens);
+      s.state->push(std::move(ev));
+    }
+  }
+  Timings t;
+  t.prompt_n = s.prompt_n();
+  t.predicted_n = s.generated;
+  const bool admitted = s.t_admit >= 0, first = s.t_first >= 0;
+  t.queue_ms = (admitted ? s.t_admit : now) - s.state->submitted_ms;
+  t.prompt_ms = admitted ? (first ? s.t_first : now) - s.t_admit : 0;
+  t.predicted_ms = first ? now - s.t_first : 0;
+  const double e2e_ms = now - s.state->submitted_ms;
+  if (metrics_) {
+    if (reason == "cancelled") {
+      metrics_->request_cancelled();
+    } else {
+      metrics_->request_finished(reason);
+      metrics_->observe_e2e(e2e_ms / 1000);
+      metrics_->observe_decode(t.predicted_ms / 1000);
+    }
+  }
+  if (log_) {
+    RequestRecord rec;
+    rec.event = reason == "cancelled" ? "cancelled" : "done";
+    rec.id = s.state->request.id;
+    rec.prompt_tokens = t.prompt_n;
+    rec.max_tokens = s.max_tokens;
+    rec.generated_tokens = s.generated;
+    if (reason != "cancelled") rec.finish_reason = reason;
+    rec.queue_ms = t.queue_ms;
+    if (admitted) rec.prefill_ms = t.prompt_ms;
+    if (first) {
+      rec.ttft_ms = s.t_first - s.state->submitted_ms;
+      rec.decode_ms = t.predicted_ms;
+    }
+    rec.e2e_ms = e2e_ms;
+    rec.preemptions = s.preemptions;
+    log_->write(rec);
+  }
+  GenerationEvent done;
+  done.kind = GenerationEvent::Kind::kDone;
+  done.finish_reason = reason;
+  done.timings = t;
+  s.state->push(std::move(done));
+  drop(s);
+}
+
+void Engine::fail(Seq& s, const std::string& error, const std::string& code, double now) {
+  if (log_) {
+    RequestRecord rec;
+    rec.event = "error";
+    rec.id = s.state->request.id;
+    rec.prompt_tokens = s.prompt_n();
+    rec.max_tokens = s.max_tokens;
+    rec.generated_tokens = s.generated;
+    rec.e2e_ms = now - s.state->submitted_ms;
+    rec.preemptions = s.preemptions;
+    rec.error = error;
+    log_->write(rec);
+  }
+  GenerationEvent ev;
+  ev.kind = GenerationEvent::Kind::kError;
+  ev.error = error;
+  ev.error_code = code;
+  s.state->push(std::move(ev));
+  drop(s);
+}
+
+void Engine::drop(Seq& s) {
+  sched_.remove(&s);
+  auto it = std::find_if(seqs_.begin(), seqs_.end(),
+                         [&](const std::unique_ptr<Seq>& p) { return p.get() == &s; });
+  if (it != seqs_.end()) seqs_.erase(it);  // destroys s
+}
+
+}  // namespace ninfer

@@ -1,0 +1,116 @@
+// The engine: one loop thread that owns the model and runs continuous batching; requests
+// arrive through a queue and results leave through a per-request channel, so the HTTP
+// threads never touch the model and the model never sees JSON.
+//
+// Requests and their events are in request.h; Engine::submit (admission.cpp) refuses
+// what can never fit. Each loop iteration (engine.cpp) reaps cancelled and timed-out
+// requests, asks the Scheduler (scheduler.h) for a step plan (decode rows of running
+// requests, then prompt chunks, under the step token budget), runs Model::step over it,
+// and samples the requests whose last row was in the step. Each request owns its Sampler
+// (seeded per request), StreamDecoder and StopMatcher, and the kernels are
+// row-independent, so a request's tokens do not depend on what else is in the batch, on
+// how its prompt was chunked, or on being preempted and recomputed.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/clock.h"
+#include "engine/request.h"
+#include "engine/sampling.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+
+namespace ninfer {
+
+class Metrics;
+class RequestLog;
+
+struct EngineOptions {
+  int context_limit = 0;          // tokens per request (prompt + generated); 0: compiled
+  int max_concurrency = 0;        // requests running at once (<= step_tokens);
+                                  // 0: compiled, at most step_tokens
+  int step_tokens = 0;            // rows per step (--prefill-chunk); 0: compiled
+  int max_pending = 64;           // requests waiting for a slot; 0: unbounded
+  double pending_timeout_ms = 0;  // a request not admitted within this fails; 0: never
+  // While requests decode, a step's prompt rows are limited so that the step takes at
+  // most this many times a decode-only step (both measured online); 0: no limit.
+  double max_decode_slowdown = 1.5;
+  Metrics* metrics = nullptr;         // optional
+  RequestLog* request_log = nullptr;  // optional
+  // What the engine measures time with (clock.h); nullptr: steady_clock().
+  const Clock* clock = nullptr;
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
+         const EngineOptions& options);
+  ~Engine();
+  // Stops serving: every request in flight or waiting ends with an error event (code
+  // "shutting_down") within one step, and later submits are refused. Any thread.
+  void shutdown();
+  // Queues a request. Throws RequestRejected when it can never fit (context, KV pool) or
+  // the waiting queue is full; std::invalid_argument for an empty prompt.
+  std::shared_ptr<RequestState> submit(GenerationRequest request);
+  const ModelInfo& info() const { return model_.info(); }
+  int context_limit() const { return context_limit_; }
+  int max_concurrency() const { return sched_config_.max_concurrency; }
+  int step_tokens() const { return sched_config_.step_tokens; }
+  int kv_blocks_total() const { return sched_config_.kv_blocks - 1; }
+  int max_positions() const { return max_positions_; }  // per request, KV pool bound
+
+ private:
+  struct Seq;
+  void loop();
+  void reap(double now);
+  void run_step(StepPlan& plan);
+  bool on_token(Seq& s, const float* logits, double now);  // true: finished
+  void finish(Seq& s, const std::string& reason, double now);
+  void fail(Seq& s, const std::string& error, const std::string& code, double now);
+  void drop(Seq& s);
+  void publish();
+  void log_rejected(const GenerationRequest& r, int max_tokens, const std::string& reason,
+                    const std::string& message);
+
+  Model& model_;
+  const Tokenizer& tokenizer_;
+  std::vector<int32_t> eos_ids_;
+  SchedulerConfig sched_config_;
+  int context_limit_;
+  int max_positions_;
+  int max_pending_;
+  double pending_timeout_ms_;
+  double max_decode_slowdown_;
+  Metrics* metrics_;
+  RequestLog* log_;
+  const Clock& clock_;
+
+  // Loop thread only.
+  Scheduler sched_;
+  std::vector<std::unique_ptr<Seq>> seqs_;
+  std::vector<float> logits_;
+  std::vector<int32_t> tokens_, positions_, slots_, block_tables_, logit_rows_;
+  // Step cost model for max_decode_slowdown: a decode-only step, and each prompt row
+  // on top of one (exponential moving averages of measured step times).
+  double decode_step_ms_ = 0, prompt_row_ms_ = 0;
+  int prefill_limit() const;
+
+  std::mutex mu_;  // guards the fields below
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<RequestState>> incoming_;
+  int waiting_ = 0;     // in the scheduler's queue, as last published by the loop
+  int free_slots_ = 0;  // as last published by the loop
+  bool stopping_ = false;
+  bool shutting_down_ = false;  // under mu_: refuse submits, fail what is in flight
+  std::thread thread_;
+};
+
+}  // namespace ninfer

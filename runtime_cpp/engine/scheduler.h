@@ -1,0 +1,101 @@
+// Continuous-batching policy, free of threads, models and I/O so it can be tested alone.
+//
+// Sequences wait (arrival order) or run (each holding a slot and KV blocks). Every step
+// is planned under a token budget: first one decode row for each running sequence that
+// has all but its last token computed (least recently served first, so a budget smaller
+// than the running set still serves everyone in turn), then prompt chunks of running
+// sequences still prefilling (oldest first; a long prompt spreads over several steps),
+// then newly admitted sequences. A sequence is admitted when a slot is free and the
+// blocks for its whole prompt are free (besides the blocks the running sequences need for
+// their next token, so that admitting does not force a preemption at once). Decode blocks
+// are allocated lazily, one per `block_size` tokens; when the pool runs dry the youngest
+// running sequence is preempted: its blocks are freed and it goes back to the head of the
+// queue with its tokens, to be recomputed (prompt + generated so far) when readmitted.
+// The oldest sequence is never preempted while others run, so it always progresses.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <vector>
+
+#include "engine/kv_blocks.h"
+
+namespace ninfer {
+
+struct Sequence {
+  uint64_t order = 0;           // arrival order, set by Scheduler::add; smaller = older
+  std::vector<int32_t> tokens;  // prompt, then every sampled token fed back
+  int num_computed = 0;         // tokens whose keys/values are in the pool
+  int slot = -1;                // -1 while waiting
+  std::vector<int32_t> blocks;  // KV blocks, position p lives in blocks[p / block_size]
+  int64_t last_step = -1;       // last step that gave it rows
+  int preemptions = 0;
+  int pending() const { return static_cast<int>(tokens.size()) - num_computed; }
+};
+
+// Rows tokens[start, start+count) of `seq` at positions start.., in slot seq->slot.
+struct Chunk {
+  Sequence* seq = nullptr;
+  int start = 0;
+  int count = 0;
+  bool logits = false;  // the chunk ends at the sequence's last token: sample after it
+};
+
+struct StepPlan {
+  std::vector<Chunk> chunks;  // one per sequence; decode rows first
+  int rows = 0;
+  std::vector<Sequence*> admitted;   // waiting -> running in this plan
+  std::vector<Sequence*> preempted;  // running -> waiting (blocks freed) in this plan
+};
+
+struct SchedulerConfig {
+  int max_concurrency = 1;  // slots in use at once (<= compiled)
+  int table_rows = 1;       // block-table rows: the compiled max_concurrency
+  int step_tokens = 1;      // rows per step (<= compiled max_prefill_chunk)
+  int kv_blocks = 2;        // pool size, block 0 reserved
+  int block_size = 1;
+  int blocks_per_seq = 1;  // block-table width
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  // Queues a new sequence (tokens = its prompt, non-empty).
+  void add(Sequence* seq);
+  // Drops a sequence wherever it is, freeing its slot and blocks.
+  void remove(Sequence* seq);
+  // Plans the next step; may admit and preempt. Empty when there is nothing to run.
+  // `prefill_limit` caps the prompt rows of a step that also has decode rows (at least
+  // one prompt row still goes in, so prefill always progresses).
+  StepPlan plan(int prefill_limit = std::numeric_limits<int>::max());
+  // Records that the planned rows were computed (call after the model step).
+  void commit(const StepPlan& plan);
+  // [table_rows x blocks_per_seq] block ids of the running sequences, by slot.
+  void fill_block_tables(int32_t* tables) const;
+
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+  const std::vector<Sequence*>& running() const { return running_; }
+  const KvBlocks& kv() const { return kv_; }
+  const SchedulerConfig& config() const { return config_; }
+  int free_slots() const { return config_.max_concurrency - static_cast<int>(running_.size()); }
+  uint64_t preemptions() const { return preemptions_; }
+  // Most positions one sequence can ever hold: the pool and the block-table width.
+  int max_positions() const;
+
+ private:
+  void preempt(Sequence* seq, StepPlan& plan, int& budget);
+  void enqueue_in_order(Sequence* seq);
+
+  SchedulerConfig config_;
+  KvBlocks kv_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // admission order
+  std::vector<bool> slot_used_;
+  uint64_t next_order_ = 0;
+  int64_t step_ = 0;
+  uint64_t preemptions_ = 0;
+};
+
+}  // namespace ninfer

@@ -1,0 +1,27 @@
+// Stop strings over streamed text: text that might be the start of a stop string is
+// held back until it is known not to be.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ninfer {
+
+class StopMatcher {
+ public:
+  struct Result {
+    std::string text;  // safe to emit now
+    bool stopped = false;
+  };
+  explicit StopMatcher(std::vector<std::string> stops);
+  Result feed(const std::string& text);
+  Result finish(const std::string& text);  // end of generation: release what is held
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+}  // namespace ninfer

@@ -1,0 +1,232 @@
+#include "server/api.h"
+
+#include <random>
+
+namespace ninfer {
+
+using nlohmann::json;
+
+json error_body(const ApiError& e) {
+  json err = {{"message", e.what()}, {"type", e.type}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+  return json{{"error", err}};
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& msg) {
+  throw ApiError(400, msg, "invalid_request_error", param);
+}
+
+const char* type_name(const json& v) { return v.type_name(); }
+
+double get_number(const json& body, const char* key, double lo, double hi, double dflt) {
+  if (!body.contains(key) || body[key].is_null()) return dflt;
+  const json& v = body[key];
+  if (!v.is_number()) bad(key, std::string("'") + key + "' must be a number, got " + type_name(v));
+  const double x = v.get<double>();
+  if (x < lo || x > hi)
+    bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
+                 std::to_string(hi) + ", got " + std::to_string(x));
+  return x;
+}
+
+int64_t get_int(const json& body, const char* key, int64_t lo, int64_t hi, int64_t dflt) {
+  if (!body.contains(key) || body[key].is_null()) return dflt;
+  const json& v = body[key];
+  if (!v.is_number_integer())
+    bad(key, std::string("'") + key + "' must be an integer, got " + type_name(v));
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    bad(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " +
+                 std::to_string(hi) + "], got " + std::to_string(x));
+  return x;
+}
+
+bool get_bool(const json& body, const char* key, bool dflt) {
+  if (!body.contains(key) || body[key].is_null()) return dflt;
+  if (!body[key].is_boolean())
+    bad(key, std::string("'") + key + "' must be a boolean, got " + type_name(body[key]));
+  return body[key].get<bool>();
+}
+
+std::string message_content(const json& m, size_t i) {
+  const std::string param = "messages[" + std::to_string(i) + "].content";
+  if (!m.contains("content") || m["content"].is_null()) bad(param, param + " is required");
+  const json& c = m["content"];
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) bad(param, param + " must be a string or an array of text parts");
+  std::string out;
+  for (const auto& part : c) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      bad(param, param + ": only parts of type 'text' with a string 'text' are supported");
+    out += part["text"].get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const std::string& body_text, bool chat,
+                                           const std::string& served_model, int vocab_size) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::parse_error& e) {
+    throw ApiError(400, std::string("request body is not valid JSON: ") + e.what());
+  }
+  if (!body.is_object()) bad("", "request body must be a JSON object");
+  CompletionRequest r;
+  r.chat = chat;
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) bad("model", "'model' must be a string");
+    r.model = body["model"].get<std::string>();
+    if (!r.model.empty() && r.model != served_model)
+      throw ApiError(
+          404,
+          "The model '" + r.model + "' does not exist; this server serves '" + served_model + "'",
+          "invalid_request_error", "model", "model_not_found");
+  }
+  if (r.model.empty()) r.model = served_model;
+
+  if (chat) {
+    if (!body.contains("messages")) bad("messages", "'messages' is required");
+    const json& msgs = body["messages"];
+    if (!msgs.is_array()) bad("messages", "'messages' must be an array");
+    if (msgs.empty()) bad("messages", "'messages' must contain at least one message");
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const json& m = msgs[i];
+      const std::string p = "messages[" + std::to_string(i) + "]";
+      if (!m.is_object()) bad(p, p + " must be an object");
+      if (!m.contains("role") || !m["role"].is_string())
+        bad(p + ".role", p + ".role must be a string");
+      std::string role = m["role"].get<std::string>();
+      if (role == "developer") role = "system";
+      r.messages.push_back({role, message_content(m, i)});
+    }
+  } else {
+    if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
+    const json& p = body["prompt"];
+    if (p.is_string()) {
+      r.prompt = p.get<std::string>();
+    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+      r.prompt = p[0].get<std::string>();
+    } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+      std::vector<int32_t> ids;
+      for (const auto& v : p) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab_size)
+          bad("prompt",
+              "token prompt entries must be integers in [0, " + std::to_string(vocab_size) + ")");
+        ids.push_back(v.get<int32_t>());
+      }
+      r.prompt_ids = std::move(ids);
+    } else {
+      bad("prompt",
+          "'prompt' must be a string, a one-element array of strings, or an array "
+          "of token ids");
+    }
+    r.echo = get_bool(body, "echo", false);
+    if (r.echo) bad("echo", "'echo' is not supported");
+  }
+
+  int64_t max_tokens = get_int(body, "max_tokens", 1, 1 << 30, -1);
+  max_tokens = get_int(body, "max_completion_tokens", 1, 1 << 30, max_tokens);
+  r.max_tokens = static_cast<int>(max_tokens);
+  r.sampling.temperature = static_cast<float>(get_number(body, "temperature", 0, 2, 1.0));
+  r.sampling.top_p = static_cast<float>(get_number(body, "top_p", 0, 1, 1.0));
+  if (body.contains("top_p") && r.sampling.top_p <= 0) bad("top_p", "'top_p' must be > 0");
+  r.sampling.top_k = static_cast<int>(get_int(body, "top_k", 0, 1 << 30, 0));
+  if (body.contains("seed") && !body["seed"].is_null())
+    r.seed = static_cast<uint64_t>(get_int(body, "seed", INT64_MIN, INT64_MAX, 0));
+  if (get_int(body, "n", 1, 1, 1) != 1) bad("n", "only n=1 is supported");
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const json& s = body["stop"];
+    if (s.is_string()) {
+      r.stop.push_back(s.get<std::string>());
+    } else if (s.is_array() && s.size() <= 4) {
+      for (const auto& x : s) {
+        if (!x.is_string()) bad("stop", "'stop' entries must be strings");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or an array of at most 4 strings");
+    }
+  }
+  r.stream = get_bool(body, "stream", false);
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    if (!body["stream_options"].is_object())
+      bad("stream_options", "'stream_options' must be an object");
+    r.include_usage = get_bool(body["stream_options"], "include_usage", false);
+  }
+  r.return_token_ids = get_bool(body, "return_token_ids", false);
+  r.ignore_eos = get_bool(body, "ignore_eos", false);
+  return r;
+}
+
+std::string new_request_id(bool chat) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string id = chat ? "chatcmpl-" : "cmpl-";
+  for (int i = 0; i < 24; ++i) id += hex[rng() & 15];
+  return id;
+}
+
+json usage_json(const Timings& t) {
+  return {{"prompt_tokens", t.prompt_n},
+          {"completion_tokens", t.predicted_n},
+          {"total_tokens", t.prompt_n + t.predicted_n}};
+}
+
+json timings_json(const Timings& t) {
+  auto per_s = [](int n, double ms) { return ms > 0 ? 1000.0 * n / ms : 0.0; };
+  return {{"queue_ms", t.queue_ms},
+          {"prompt_n", t.prompt_n},
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_per_second", per_s(t.prompt_n, t.prompt_ms)},
+          {"predicted_n", t.predicted_n},
+          {"predicted_ms", t.predicted_ms},
+          {"predicted_per_second", per_s(t.predicted_n, t.predicted_ms)}};
+}
+
+json completion_response(const ResponseContext& ctx, const std::string& text,
+                         const std::string& finish_reason, const Timings& t,
+                         const std::vector<int32_t>* prompt_ids,
+                         const std::vector<int32_t>* token_ids) {
+  json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
+  if (ctx.chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else choice["text"] = text;
+  if (token_ids) choice["token_ids"] = *token_ids;
+  json out = {{"id", ctx.id},
+              {"object", ctx.chat ? "chat.completion" : "text_completion"},
+              {"created", ctx.created},
+              {"model", ctx.model},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(t)},
+              {"timings", timings_json(t)}};
+  if (prompt_ids) out["prompt_token_ids"] = *prompt_ids;
+  return out;
+}
+
+json stream_chunk(const ResponseContext& ctx, const std::string& text, bool first,
+                  const std::string& finish_reason, const std::vector<int32_t>* token_ids) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}};
+  choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
+  if (ctx.chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || finish_reason.empty()) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  if (token_ids) choice["token_ids"] = *token_ids;
+  return {{"id", ctx.id},
+          {"object", ctx.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", ctx.created},
+          {"model", ctx.model},
+          {"choices", json::array({choice})}};
+}
+
+}  // namespace ninfer

@@ -1,0 +1,134 @@
+#include "server/options.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+namespace ninfer {
+namespace {
+
+// "--flag N exceeds the compiled maximum M; recompile with --compile-flag N ...".
+void check_compiled(int value, int compiled_max, const char* flag, const char* compile_flag) {
+  if (value > compiled_max)
+    throw std::invalid_argument(std::string(flag) + " " + std::to_string(value) +
+                                " exceeds the compiled maximum " + std::to_string(compiled_max) +
+                                "; recompile with " + compile_flag + " " + std::to_string(value) +
+                                " or pass a smaller value");
+}
+
+}  // namespace
+
+const char* const kUsage =
+    "usage: ninfer-server [--host H] [--port P] [--threads N] [--max-context N]\n"
+    "                     [--max-concurrency N] [--prefill-chunk N]\n"
+    "                     [--max-pending-requests N] [--pending-timeout-ms MS]\n"
+    "                     [--max-decode-slowdown X] [--request-log FILE]\n"
+    "                     [--artifact FILE] [--no-verify-checksums]\n"
+    "                     [--allow-more-sms] [--no-cuda-graph]\n"
+    "  --port 0 picks a free port and prints it.\n"
+    "  --max-concurrency N       requests running at once (default and maximum: compiled)\n"
+    "  --prefill-chunk N         token rows per step, decode rows and prompt chunks\n"
+    "                            together (default and maximum: compiled)\n"
+    "  --max-pending-requests N  requests that may wait for a slot; more get 429\n"
+    "                            (default 64, 0 = unbounded)\n"
+    "  --pending-timeout-ms MS   a request waiting longer gets 503 (default 0 = never)\n"
+    "  --max-decode-slowdown X   while requests decode, prompt rows per step are limited so\n"
+    "                            a step takes at most X times a decode-only step (default\n"
+    "                            1.5, 0 = no limit: prompts take the whole step budget)\n"
+    "  --request-log FILE        append one JSON line per request event\n"
+    "  --no-cuda-graph           CUDA: launch every kernel of a step eagerly instead of\n"
+    "                            replaying the step's CUDA graph (no effect on the CPU)\n"
+    "  GET /metrics serves Prometheus metrics.\n";
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  auto integer = [&](int& i) {
+    const std::string flag = argv[i], v = value(i);
+    char* end = nullptr;
+    const long x = std::strtol(v.c_str(), &end, 10);
+    if (*end || v.empty() || x < 0 || x > INT_MAX)
+      throw std::invalid_argument(flag + " expects a non-negative integer, got '" + v + "'");
+    return static_cast<int>(x);
+  };
+  auto positive = [&](int& i) {
+    const std::string flag = argv[i];
+    const int x = integer(i);
+    if (x < 1) throw std::invalid_argument(flag + " must be at least 1");
+    return x;
+  };
+  auto slowdown = [&](int& i) {
+    const std::string v = value(i);
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (*end || v.empty() || !(x == 0 || x > 1))
+      throw std::invalid_argument("--max-decode-slowdown expects 0 or a number above 1, got '" + v +
+                                  "'");
+    return x;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--host") o.host = value(i);
+    else if (a == "--port") o.port = integer(i);
+    else if (a == "--threads") o.threads = integer(i);
+    else if (a == "--max-context") o.max_context = integer(i);
+    else if (a == "--max-concurrency") o.max_concurrency = positive(i);
+    else if (a == "--prefill-chunk") o.prefill_chunk = positive(i);
+    else if (a == "--max-pending-requests") o.max_pending = integer(i);
+    else if (a == "--pending-timeout-ms") o.pending_timeout_ms = integer(i);
+    else if (a == "--max-decode-slowdown") o.max_decode_slowdown = slowdown(i);
+    else if (a == "--request-log") o.request_log = value(i);
+    else if (a == "--artifact") o.artifact = value(i);
+    else if (a == "--no-verify-checksums") o.verify_checksums = false;
+    else if (a == "--allow-more-sms") o.allow_more_sms = true;
+    else if (a == "--no-cuda-graph") o.cuda_graphs = false;
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else {
+      throw std::invalid_argument("unknown flag '" + a + "'\n" + kUsage);
+    }
+  }
+  if (o.port > 65535) throw std::invalid_argument("--port must be <= 65535");
+  return o;
+}
+
+EngineOptions resolve(const Options& o, const ModelInfo& compiled) {
+  check_compiled(o.max_context, compiled.max_context, "--max-context", "--max-context");
+  check_compiled(o.max_concurrency, compiled.max_concurrency, "--max-concurrency",
+                 "--max-concurrency");
+  check_compiled(o.prefill_chunk, compiled.max_prefill_chunk, "--prefill-chunk",
+                 "--max-prefill-chunk");
+  EngineOptions eo;
+  eo.context_limit = o.max_context > 0 ? o.max_context : compiled.max_context;
+  eo.step_tokens = o.prefill_chunk > 0 ? o.prefill_chunk : compiled.max_prefill_chunk;
+  // Every running request needs a row in each step, or decodes would crowd out admission.
+  eo.max_concurrency = o.max_concurrency > 0 ? o.max_concurrency
+                                             : std::min(compiled.max_concurrency, eo.step_tokens);
+  if (eo.max_concurrency > eo.step_tokens)
+    throw std::invalid_argument("max concurrency " + std::to_string(eo.max_concurrency) +
+                                " exceeds the step token budget " + std::to_string(eo.step_tokens) +
+                                " (--prefill-chunk): every running request needs a row in "
+                                "each step");
+  eo.max_pending = o.max_pending;
+  eo.pending_timeout_ms = o.pending_timeout_ms;
+  eo.max_decode_slowdown = o.max_decode_slowdown;
+  return eo;
+}
+
+std::string artifact_path(const Options& o, const char* argv0) {
+  if (!o.artifact.empty()) return o.artifact;
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) exe = std::filesystem::absolute(argv0);
+  return (exe.parent_path() / "model.ninfer").string();
+}
+
+}  // namespace ninfer

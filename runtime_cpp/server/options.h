@@ -1,0 +1,44 @@
+// ninfer-server's command line: the flags, their usage text, and one resolve() that checks
+// every value against the limits the model was compiled for and turns them into the
+// engine's options.
+#pragma once
+
+#include <string>
+
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace ninfer {
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int threads = 0;
+  int max_context = 0;         // 0: compiled
+  int max_concurrency = 0;     // 0: compiled
+  int prefill_chunk = 0;       // 0: compiled
+  int max_pending = 64;        // 0: unbounded
+  int pending_timeout_ms = 0;  // 0: none
+  double max_decode_slowdown = 1.5;
+  std::string request_log;
+  std::string artifact;  // empty: model.ninfer beside the binary
+  bool verify_checksums = true;
+  bool allow_more_sms = false;
+  bool cuda_graphs = true;
+};
+
+extern const char* const kUsage;
+
+// Parses the flags; throws std::invalid_argument naming the flag. --help prints the usage
+// and exits.
+Options parse_options(int argc, char** argv);
+
+// Checks every value against the compiled limits (throws std::invalid_argument saying
+// how to recompile or what to pass instead) and returns the engine's options, every
+// limit resolved to a number. Metrics and the request log are left for the caller.
+EngineOptions resolve(const Options& options, const ModelInfo& compiled);
+
+// --artifact, or model.ninfer in the directory of the running binary.
+std::string artifact_path(const Options& options, const char* argv0);
+
+}  // namespace ninfer

@@ -1,0 +1,75 @@
+// Shared by the test cases of the test_engine binary (test_main.cpp lists them): the
+// letters tokenizer of the fake model, collecting a request's events, reading a metric.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "engine/engine.h"
+#include "fake_model.h"
+#include "text/tokenizer.h"
+
+namespace ninfer::fake {
+
+inline Tokenizer letters_tokenizer() { return Tokenizer::from_json(letters_tokenizer_json()); }
+
+struct Outcome {
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::string finish;
+  std::string error, error_code;
+  Timings timings;
+  bool operator==(const Outcome& o) const {
+    return text == o.text && tokens == o.tokens && finish == o.finish && error == o.error;
+  }
+};
+
+// Reads a request's events until kDone or kError. The wait is bounded only to turn a hang
+// into a failure.
+inline Outcome collect(RequestState& st) {
+  Outcome o;
+  for (;;) {
+    GenerationEvent ev;
+    CHECK(st.next_for(60000, ev));
+    if (ev.kind == GenerationEvent::Kind::kError) {
+      o.error = ev.error;
+      o.error_code = ev.error_code;
+      return o;
+    }
+    if (ev.kind == GenerationEvent::Kind::kDone) {
+      o.finish = ev.finish_reason;
+      o.timings = ev.timings;
+      return o;
+    }
+    o.text += ev.text;
+    o.tokens.insert(o.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+  }
+}
+
+// The value of a sample in a Prometheus text page, e.g. "ninfer:kv_blocks_used".
+inline double metric(const std::string& text, const std::string& name) {
+  const std::string key = name + " ";
+  size_t p = 0;
+  while ((p = text.find(key, p)) != std::string::npos) {
+    if (p == 0 || text[p - 1] == '\n') return std::atof(text.c_str() + p + key.size());
+    p += key.size();
+  }
+  fail("metric " + name + " not found");
+}
+
+// The cases, one per command-line word of test_engine.
+void test_scheduler();
+void test_invariance();
+void test_cancel();
+void test_admission();
+void test_slowdown();
+void test_sampling();
+void test_stops();
+void print_metrics();
+void write_log(const std::string& path);
+
+}  // namespace ninfer::fake

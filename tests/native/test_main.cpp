@@ -1,0 +1,35 @@
+// Standalone tests of the continuous-batching runtime (KvBlocks, Scheduler, Engine,
+// Sampler, StopMatcher, Metrics, RequestLog) against the fake paged model of
+// fake_model.h; built by tests/native/CMakeLists.txt, run by tests/test_scheduler_native.py.
+//
+// usage: test_engine scheduler | invariance | cancel | admission | sampling | slowdown |
+//        stops | metrics | log FILE
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "harness.h"
+
+int main(int argc, char** argv) {
+  using namespace ninfer::fake;
+  const std::map<std::string, std::function<void()>> cases = {
+      {"scheduler", test_scheduler}, {"invariance", test_invariance}, {"cancel", test_cancel},
+      {"admission", test_admission}, {"sampling", test_sampling},     {"slowdown", test_slowdown},
+      {"stops", test_stops},         {"metrics", print_metrics},
+  };
+  const std::string what = argc > 1 ? argv[1] : "";
+  if (what == "log" && argc > 2) {
+    write_log(argv[2]);
+    return 0;
+  }
+  auto it = cases.find(what);
+  if (it == cases.end()) {
+    std::fprintf(stderr,
+                 "usage: test_engine scheduler|invariance|cancel|admission|sampling|slowdown|"
+                 "stops|metrics|log FILE\n");
+    return 2;
+  }
+  it->second();
+  return 0;
+}
