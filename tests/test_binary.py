@@ -121,12 +121,24 @@ def test_artifact_stores_typed_tensors(tmp_path):
         write_artifact(path, {}, [PendingTensor("x", (3,), lambda: parts["i8"], "u8")])
 
 
-def test_max_context_above_compiled_is_refused(qwen3_model):
-    from conftest import MAX_CONTEXT
+@pytest.mark.parametrize(("args", "message"), [
+    (("--max-context", "512"), "--max-context 512 exceeds the compiled maximum 256; recompile "
+                               "with --max-context 512"),
+    (("--prefill-chunk", "17"), "--prefill-chunk 17 exceeds the compiled maximum 16; recompile "
+                                "with --prefill-chunk 17"),
+    (("--max-concurrency", "9"), "--max-concurrency 9 exceeds the compiled maximum 8"),
+    (("--prefill-chunk", "4", "--max-concurrency", "6"),
+     "--max-concurrency 6 exceeds --prefill-chunk 4: every running request needs a row"),
+    (("--prefill-chunk", "0"), "--prefill-chunk must be at least 1"),
+])
+def test_limits_beyond_the_compiled_ones_are_refused_with_the_numbers(qwen3_model, args,
+                                                                       message):
+    from conftest import MAX_CONTEXT, PREFILL_CHUNK
 
-    r = run_server(qwen3_model.server, "--max-context", str(MAX_CONTEXT * 2))
-    assert r.returncode != 0
-    assert f"exceeds the compiled maximum {MAX_CONTEXT}" in r.stderr
+    assert (MAX_CONTEXT, PREFILL_CHUNK) == (256, 16)  # the numbers in the messages
+    r = run_server(qwen3_model.server, *args)
+    assert r.returncode == 2
+    assert message in r.stderr
 
 
 def test_unknown_flag_is_refused(qwen3_model):

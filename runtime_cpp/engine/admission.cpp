@@ -27,7 +27,7 @@ void Engine::log_rejected(const GenerationRequest& r, int max_tokens, const std:
 std::shared_ptr<RequestState> Engine::submit(GenerationRequest request) {
   const int n = static_cast<int>(request.prompt.size());
   if (n == 0) throw std::invalid_argument("the prompt is empty");
-  const int limit = context_limit_;
+  const int limit = max_context_;
   auto reject = [&](RequestRejected::Reason reason, const std::string& msg,
                     const std::string& param) {
     log_rejected(request, request.max_tokens, RequestRejected::name(reason), msg);
@@ -81,11 +81,11 @@ std::shared_ptr<RequestState> Engine::submit(GenerationRequest request) {
       throw RequestRejected(RequestRejected::Reason::kShuttingDown, msg);
     }
     const int queued = static_cast<int>(incoming_.size()) + waiting_;
-    if (max_pending_ > 0 && queued - free_slots_ >= max_pending_) {
+    if (max_pending_requests_ > 0 && queued - free_slots_ >= max_pending_requests_) {
       lock.unlock();
       const std::string msg = "The server is busy: " + std::to_string(queued) +
                               " requests are already waiting (at most " +
-                              std::to_string(max_pending_) + " may wait); retry later";
+                              std::to_string(max_pending_requests_) + " may wait); retry later";
       log_rejected(state->request, max_tokens, "queue_full", msg);
       throw RequestRejected(RequestRejected::Reason::kQueueFull, msg);
     }

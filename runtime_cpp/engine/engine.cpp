@@ -32,30 +32,30 @@ struct Engine::Seq : Sequence {
 
 namespace {
 
+// The scheduler's configuration from engine options whose limits were resolved against
+// the compiled ones (server/options.cpp resolve(): the one place that checks a user's
+// values and says what to do); 0 takes the compiled value. A value out of range here is a
+// caller's bug, reported by the Scheduler as a logic_error.
 SchedulerConfig scheduler_config(const ModelInfo& info, const EngineOptions& o) {
-  auto pick = [](int requested, int compiled, const char* what) {
-    if (requested < 0 || requested > compiled)
-      throw std::invalid_argument(std::string(what) + " " + std::to_string(requested) +
-                                  " must be in [1, " + std::to_string(compiled) +
-                                  "] (the compiled maximum)");
-    return requested == 0 ? compiled : requested;
-  };
   SchedulerConfig c;
   c.table_rows = info.max_concurrency;
-  c.step_tokens = pick(o.step_tokens, info.max_prefill_chunk, "prefill chunk");
-  // Every running request needs a row in each step, or decodes would crowd out admission.
-  c.max_concurrency = o.max_concurrency > 0
-                          ? pick(o.max_concurrency, info.max_concurrency, "max concurrency")
-                          : std::min(info.max_concurrency, c.step_tokens);
-  if (c.max_concurrency > c.step_tokens)
-    throw std::invalid_argument("max concurrency " + std::to_string(c.max_concurrency) +
-                                " exceeds the step token budget " + std::to_string(c.step_tokens) +
-                                " (--prefill-chunk): every running request needs a row in "
-                                "each step");
+  c.prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : info.prefill_chunk;
+  c.max_concurrency =
+      o.max_concurrency > 0 ? o.max_concurrency : std::min(info.max_concurrency, c.prefill_chunk);
   c.kv_blocks = info.kv_blocks;
   c.block_size = info.kv_block_size;
   c.blocks_per_seq = info.blocks_per_seq;
+  if (c.prefill_chunk > info.prefill_chunk)
+    throw std::logic_error("engine options: prefill chunk " + std::to_string(c.prefill_chunk) +
+                           " above the compiled " + std::to_string(info.prefill_chunk));
   return c;
+}
+
+int resolved_max_context(const ModelInfo& info, const EngineOptions& o) {
+  if (o.max_context > info.max_context)
+    throw std::logic_error("engine options: max context " + std::to_string(o.max_context) +
+                           " above the compiled " + std::to_string(info.max_context));
+  return o.max_context > 0 ? o.max_context : info.max_context;
 }
 
 }  // namespace
@@ -64,10 +64,8 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
                const EngineOptions& options)
     : model_(model), tokenizer_(tokenizer), eos_ids_(std::move(eos_ids)),
       sched_config_(scheduler_config(model.info(), options)),
-      context_limit_(options.context_limit > 0
-                         ? std::min(options.context_limit, model.info().max_context)
-                         : model.info().max_context),
-      max_positions_(0), max_pending_(options.max_pending),
+      max_context_(resolved_max_context(model.info(), options)), max_positions_(0),
+      max_pending_requests_(options.max_pending_requests),
       pending_timeout_ms_(options.pending_timeout_ms),
       max_decode_slowdown_(options.max_decode_slowdown), metrics_(options.metrics),
       log_(options.request_log), clock_(options.clock ? *options.clock : steady_clock()),
@@ -75,9 +73,9 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
   const ModelInfo& info = model.info();
   max_positions_ = sched_.max_positions();
   logits_.resize(static_cast<size_t>(info.max_concurrency) * info.vocab_size);
-  tokens_.resize(info.max_prefill_chunk);
-  positions_.resize(info.max_prefill_chunk);
-  slots_.resize(info.max_prefill_chunk);
+  tokens_.resize(info.prefill_chunk);
+  positions_.resize(info.prefill_chunk);
+  slots_.resize(info.prefill_chunk);
   logit_rows_.resize(info.max_concurrency);
   block_tables_.resize(static_cast<size_t>(info.max_concurrency) * info.blocks_per_seq);
   free_slots_ = sched_.free_slots();
@@ -224,8 +222,8 @@ int Engine::prefill_limit() const {
   if (max_decode_slowdown_ <= 1 || decode_step_ms_ <= 0 || prompt_row_ms_ <= 0)
     return std::numeric_limits<int>::max();
   const double rows = (max_decode_slowdown_ - 1) * decode_step_ms_ / prompt_row_ms_;
-  return rows >= sched_config_.step_tokens ? std::numeric_limits<int>::max()
-                                           : std::max(1, static_cast<int>(rows));
+  return rows >= sched_config_.prefill_chunk ? std::numeric_limits<int>::max()
+                                             : std::max(1, static_cast<int>(rows));
 }
 
 void Engine::run_step(StepPlan& plan) {
@@ -268,7 +266,7 @@ void Engine::run_step(StepPlan& plan) {
       ema(prompt_row_ms_, std::max(1e-3, ms - decode_step_ms_) / prompt_rows);
   }
   sched_.commit(plan);
-  if (metrics_) metrics_->observe_step_tokens(plan.rows);
+  if (metrics_) metrics_->observe_step_rows(plan.rows);
   const double now = clock_.now_ms();
   int k = 0;
   for (const Chunk& c : plan.chunks) {
@@ -316,7 +314,7 @@ bool Engine::on_token(Seq& s, const float* logits, double now) {
     finish(s, "stop", now);
     return true;
   }
-  if (s.generated >= s.max_tokens || static_cast<int>(s.tokens.size()) >= context_limit_) {
+  if (s.generated >= s.max_tokens || static_cast<int>(s.tokens.size()) >= max_context_) {
     finish(s, "length", now);
     return true;
   }

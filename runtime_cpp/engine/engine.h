@@ -34,11 +34,11 @@ class Metrics;
 class RequestLog;
 
 struct EngineOptions {
-  int context_limit = 0;          // tokens per request (prompt + generated); 0: compiled
-  int max_concurrency = 0;        // requests running at once (<= step_tokens);
-                                  // 0: compiled, at most step_tokens
-  int step_tokens = 0;            // rows per step (--prefill-chunk); 0: compiled
-  int max_pending = 64;           // requests waiting for a slot; 0: unbounded
+  int max_context = 0;            // tokens per request (prompt + generated); 0: compiled
+  int max_concurrency = 0;        // requests running at once (<= prefill_chunk);
+                                  // 0: compiled, at most prefill_chunk
+  int prefill_chunk = 0;          // rows per step (--prefill-chunk); 0: compiled
+  int max_pending_requests = 64;  // requests waiting for a slot; 0: unbounded
   double pending_timeout_ms = 0;  // a request not admitted within this fails; 0: never
   // While requests decode, a step's prompt rows are limited so that the step takes at
   // most this many times a decode-only step (both measured online); 0: no limit.
@@ -61,9 +61,9 @@ class Engine {
   // the waiting queue is full; std::invalid_argument for an empty prompt.
   std::shared_ptr<RequestState> submit(GenerationRequest request);
   const ModelInfo& info() const { return model_.info(); }
-  int context_limit() const { return context_limit_; }
+  int max_context() const { return max_context_; }
   int max_concurrency() const { return sched_config_.max_concurrency; }
-  int step_tokens() const { return sched_config_.step_tokens; }
+  int prefill_chunk() const { return sched_config_.prefill_chunk; }
   int kv_blocks_total() const { return sched_config_.kv_blocks - 1; }
   int max_positions() const { return max_positions_; }  // per request, KV pool bound
 
@@ -84,9 +84,9 @@ class Engine {
   const Tokenizer& tokenizer_;
   std::vector<int32_t> eos_ids_;
   SchedulerConfig sched_config_;
-  int context_limit_;
+  int max_context_;
   int max_positions_;
-  int max_pending_;
+  int max_pending_requests_;
   double pending_timeout_ms_;
   double max_decode_slowdown_;
   Metrics* metrics_;

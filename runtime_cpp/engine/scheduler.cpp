@@ -9,11 +9,16 @@ namespace ninfer {
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config), kv_(config.kv_blocks, config.block_size),
       slot_used_(std::max(config.max_concurrency, 0), false) {
-  if (config.max_concurrency < 1 || config.max_concurrency > config.table_rows)
-    throw std::invalid_argument("max concurrency " + std::to_string(config.max_concurrency) +
-                                " must be in [1, " + std::to_string(config.table_rows) + "]");
-  if (config.step_tokens < 1) throw std::invalid_argument("the step token budget must be >= 1");
-  if (config.blocks_per_seq < 1) throw std::invalid_argument("blocks_per_seq must be >= 1");
+  // Invariants of a resolved configuration (the user's values were checked, with what to
+  // do about them, by server/options.cpp resolve()).
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw std::logic_error("scheduler config: " + what);
+  };
+  require(config.max_concurrency >= 1 && config.max_concurrency <= config.table_rows,
+          "max concurrency " + std::to_string(config.max_concurrency) + " outside [1, " +
+              std::to_string(config.table_rows) + "]");
+  require(config.prefill_chunk >= 1, "prefill chunk below 1");
+  require(config.blocks_per_seq >= 1, "blocks per sequence below 1");
 }
 
 int Scheduler::max_positions() const {
@@ -69,7 +74,7 @@ void Scheduler::preempt(Sequence* seq, StepPlan& plan, int& budget) {
 
 StepPlan Scheduler::plan(int prefill_limit) {
   StepPlan plan;
-  int budget = config_.step_tokens;
+  int budget = config_.prefill_chunk;
   ++step_;
   auto add_chunk = [&](Sequence* s, int count) {
     const Chunk c{s, s->num_computed, count, count == s->pending()};

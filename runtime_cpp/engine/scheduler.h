@@ -52,7 +52,7 @@ struct StepPlan {
 struct SchedulerConfig {
   int max_concurrency = 1;  // slots in use at once (<= compiled)
   int table_rows = 1;       // block-table rows: the compiled max_concurrency
-  int step_tokens = 1;      // rows per step (<= compiled max_prefill_chunk)
+  int prefill_chunk = 1;    // rows per step (<= compiled prefill_chunk)
   int kv_blocks = 2;        // pool size, block 0 reserved
   int block_size = 1;
   int blocks_per_seq = 1;  // block-table width

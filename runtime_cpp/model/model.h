@@ -22,8 +22,8 @@ struct ModelInfo {
   std::string target;       // target profile name the kernels were built for
   std::string target_hash;  // Target.stable_hash() at compile time
   int vocab_size = 0;
-  int max_context = 0;        // compiled maximum tokens per sequence
-  int max_prefill_chunk = 0;  // compiled maximum rows per step (the step token budget)
+  int max_context = 0;    // compiled maximum tokens per sequence
+  int prefill_chunk = 0;  // compiled maximum rows per step (the step token budget)
   int num_layers = 0;
   int max_concurrency = 0;        // compiled maximum sequences per step (sequence slots)
   int kv_block_size = 0;          // tokens per KV block
@@ -35,7 +35,7 @@ struct ModelInfo {
 
 // One step. Rows of one sequence should be contiguous with consecutive positions.
 struct StepBatch {
-  int n = 0;                           // rows, 1..max_prefill_chunk
+  int n = 0;                           // rows, 1..prefill_chunk
   const int32_t* tokens = nullptr;     // [n]
   const int32_t* positions = nullptr;  // [n] position of each row in its sequence
   const int32_t* slots = nullptr;      // [n] sequence slot, 0..max_concurrency-1

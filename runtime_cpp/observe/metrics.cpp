@@ -152,7 +152,7 @@ void Metrics::observe_e2e(double s) { observe("ninfer:e2e_request_latency_second
 void Metrics::observe_queue(double s) { observe("ninfer:request_queue_time_seconds", s); }
 void Metrics::observe_prefill(double s) { observe("ninfer:request_prefill_time_seconds", s); }
 void Metrics::observe_decode(double s) { observe("ninfer:request_decode_time_seconds", s); }
-void Metrics::observe_step_tokens(int rows) { observe("ninfer:iteration_tokens_total", rows); }
+void Metrics::observe_step_rows(int rows) { observe("ninfer:iteration_tokens_total", rows); }
 
 std::string Metrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -50,7 +50,7 @@ class Metrics {
   void observe_queue(double seconds);
   void observe_prefill(double seconds);
   void observe_decode(double seconds);
-  void observe_step_tokens(int rows);
+  void observe_step_rows(int rows);
 
   std::string render() const;  // text format 0.0.4
   static const char* content_type() { return "text/plain; version=0.0.4; charset=utf-8"; }

@@ -41,7 +41,7 @@ class PyEngine {
     py::array_t<float> logits(info.vocab_size);
     py::gil_scoped_release release;
     for (size_t i = 0; i < tokens.size();) {
-      const int n = std::min<int>(info.max_prefill_chunk, static_cast<int>(tokens.size() - i));
+      const int n = std::min<int>(info.prefill_chunk, static_cast<int>(tokens.size() - i));
       model_->forward(tokens.data() + i, n, pos0 + static_cast<int>(i), logits_buffer(info));
       i += n;
     }
@@ -58,7 +58,7 @@ class PyEngine {
     py::gil_scoped_release release;
     int pos = 0;
     for (size_t i = 0; i < prompt.size();) {
-      const int n = std::min<int>(info.max_prefill_chunk, static_cast<int>(prompt.size() - i));
+      const int n = std::min<int>(info.prefill_chunk, static_cast<int>(prompt.size() - i));
       model_->forward(prompt.data() + i, n, pos, logits_buffer(info));
       pos += n;
       i += n;
@@ -84,7 +84,7 @@ class PyEngine {
     d["target"] = i.target;
     d["vocab_size"] = i.vocab_size;
     d["max_context"] = i.max_context;
-    d["max_prefill_chunk"] = i.max_prefill_chunk;
+    d["prefill_chunk"] = i.prefill_chunk;
     d["num_layers"] = i.num_layers;
     d["backend"] = backend::describe();
     return d;

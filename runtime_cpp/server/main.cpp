@@ -87,8 +87,9 @@ int run(int argc, char** argv) {
   // Every running or waiting request holds an HTTP thread, so the pool must be larger
   // than what may be admitted plus queued; otherwise requests would queue inside
   // httplib, unseen by the admission control. Spare threads serve /metrics and /health.
-  const size_t http_threads = static_cast<size_t>(engine.max_concurrency()) +
-                              static_cast<size_t>(opt.max_pending > 0 ? opt.max_pending : 256) + 8;
+  const size_t http_threads =
+      static_cast<size_t>(engine.max_concurrency()) +
+      static_cast<size_t>(opt.max_pending_requests > 0 ? opt.max_pending_requests : 256) + 8;
   http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   install(http, routes);
   int port = opt.port;
@@ -100,13 +101,14 @@ int run(int argc, char** argv) {
   if (port < 0)
     throw std::runtime_error("cannot listen on " + opt.host + ":" + std::to_string(opt.port));
   std::printf("ninfer-server: model %s, target %s, %s, context %d\n", routes.model_id.c_str(),
-              compiled.target.c_str(), backend::describe().c_str(), engine.context_limit());
+              compiled.target.c_str(), backend::describe().c_str(), engine.max_context());
   std::printf(
       "ninfer-server: %d concurrent requests, %d tokens per step, KV cache %d blocks "
       "of %d tokens in %s, %s waiting\n",
-      engine.max_concurrency(), engine.step_tokens(), engine.kv_blocks_total(),
+      engine.max_concurrency(), engine.prefill_chunk(), engine.kv_blocks_total(),
       engine.info().kv_block_size, engine.info().kv_dtype.c_str(),
-      opt.max_pending > 0 ? ("up to " + std::to_string(opt.max_pending)).c_str() : "unbounded");
+      opt.max_pending_requests > 0 ? ("up to " + std::to_string(opt.max_pending_requests)).c_str()
+                                   : "unbounded");
   std::printf("ninfer-server listening on http://%s:%d\n", opt.host.c_str(), port);
   std::fflush(stdout);
   std::atomic<bool> listen_done{false};

@@ -30,7 +30,11 @@ const char* const kUsage =
     "                     [--artifact FILE] [--no-verify-checksums]\n"
     "                     [--allow-more-sms] [--no-cuda-graph]\n"
     "  --port 0 picks a free port and prints it.\n"
-    "  --max-concurrency N       requests running at once (default and maximum: compiled)\n"
+    "  --threads N               CPU: worker threads (default: one per core)\n"
+    "  --max-context N           tokens per request, prompt and reply (default and\n"
+    "                            maximum: compiled)\n"
+    "  --max-concurrency N       requests running at once (default: compiled, at most the\n"
+    "                            prefill chunk; maximum: compiled)\n"
     "  --prefill-chunk N         token rows per step, decode rows and prompt chunks\n"
     "                            together (default and maximum: compiled)\n"
     "  --max-pending-requests N  requests that may wait for a slot; more get 429\n"
@@ -81,7 +85,7 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--max-context") o.max_context = integer(i);
     else if (a == "--max-concurrency") o.max_concurrency = positive(i);
     else if (a == "--prefill-chunk") o.prefill_chunk = positive(i);
-    else if (a == "--max-pending-requests") o.max_pending = integer(i);
+    else if (a == "--max-pending-requests") o.max_pending_requests = integer(i);
     else if (a == "--pending-timeout-ms") o.pending_timeout_ms = integer(i);
     else if (a == "--max-decode-slowdown") o.max_decode_slowdown = slowdown(i);
     else if (a == "--request-log") o.request_log = value(i);
@@ -104,20 +108,19 @@ EngineOptions resolve(const Options& o, const ModelInfo& compiled) {
   check_compiled(o.max_context, compiled.max_context, "--max-context", "--max-context");
   check_compiled(o.max_concurrency, compiled.max_concurrency, "--max-concurrency",
                  "--max-concurrency");
-  check_compiled(o.prefill_chunk, compiled.max_prefill_chunk, "--prefill-chunk",
-                 "--max-prefill-chunk");
+  check_compiled(o.prefill_chunk, compiled.prefill_chunk, "--prefill-chunk", "--prefill-chunk");
   EngineOptions eo;
-  eo.context_limit = o.max_context > 0 ? o.max_context : compiled.max_context;
-  eo.step_tokens = o.prefill_chunk > 0 ? o.prefill_chunk : compiled.max_prefill_chunk;
+  eo.max_context = o.max_context > 0 ? o.max_context : compiled.max_context;
+  eo.prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : compiled.prefill_chunk;
   // Every running request needs a row in each step, or decodes would crowd out admission.
   eo.max_concurrency = o.max_concurrency > 0 ? o.max_concurrency
-                                             : std::min(compiled.max_concurrency, eo.step_tokens);
-  if (eo.max_concurrency > eo.step_tokens)
-    throw std::invalid_argument("max concurrency " + std::to_string(eo.max_concurrency) +
-                                " exceeds the step token budget " + std::to_string(eo.step_tokens) +
-                                " (--prefill-chunk): every running request needs a row in "
-                                "each step");
-  eo.max_pending = o.max_pending;
+                                             : std::min(compiled.max_concurrency, eo.prefill_chunk);
+  if (eo.max_concurrency > eo.prefill_chunk)
+    throw std::invalid_argument("--max-concurrency " + std::to_string(eo.max_concurrency) +
+                                " exceeds --prefill-chunk " + std::to_string(eo.prefill_chunk) +
+                                ": every running request needs a row in each step; lower it "
+                                "or raise the prefill chunk");
+  eo.max_pending_requests = o.max_pending_requests;
   eo.pending_timeout_ms = o.pending_timeout_ms;
   eo.max_decode_slowdown = o.max_decode_slowdown;
   return eo;

@@ -14,11 +14,11 @@ struct Options {
   std::string host = "127.0.0.1";
   int port = 8080;
   int threads = 0;
-  int max_context = 0;         // 0: compiled
-  int max_concurrency = 0;     // 0: compiled
-  int prefill_chunk = 0;       // 0: compiled
-  int max_pending = 64;        // 0: unbounded
-  int pending_timeout_ms = 0;  // 0: none
+  int max_context = 0;            // 0: compiled
+  int max_concurrency = 0;        // 0: compiled
+  int prefill_chunk = 0;          // 0: compiled
+  int max_pending_requests = 64;  // 0: unbounded
+  int pending_timeout_ms = 0;     // 0: none
   double max_decode_slowdown = 1.5;
   std::string request_log;
   std::string artifact;  // empty: model.ninfer beside the binary

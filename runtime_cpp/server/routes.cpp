@@ -70,7 +70,7 @@ void Routes::models(const httplib::Request&, httplib::Response& res) const {
                                     {"object", "model"},
                                     {"created", 0},
                                     {"owned_by", "ninfer"},
-                                    {"max_model_len", engine.context_limit()},
+                                    {"max_model_len", engine.max_context()},
                                     {"vocab_size", info.vocab_size},
                                     {"target", info.target}}})}});
 }

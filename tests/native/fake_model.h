@@ -110,7 +110,7 @@ class FakeModel : public Model {
     info_.model_id = "fake";
     info_.vocab_size = kVocab;
     info_.max_context = max_context;
-    info_.max_prefill_chunk = prefill_chunk;
+    info_.prefill_chunk = prefill_chunk;
     info_.num_layers = 1;
     info_.max_concurrency = max_concurrency;
     info_.kv_block_size = block_size;
@@ -125,7 +125,7 @@ class FakeModel : public Model {
     if (fail_at_step_ >= 0 && steps_.load() >= fail_at_step_)
       throw std::runtime_error("device lost");
     const ModelInfo& i = info_;
-    CHECK(b.n >= 1 && b.n <= i.max_prefill_chunk);
+    CHECK(b.n >= 1 && b.n <= i.prefill_chunk);
     CHECK(b.n_logits >= 0 && b.n_logits <= i.max_concurrency);
     // Slots in use own disjoint blocks.
     std::set<int32_t> owned;

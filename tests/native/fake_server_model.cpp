@@ -61,7 +61,7 @@ const ModelInfo& compiled_model_info() {
     i.target_hash = "0";
     i.vocab_size = fake::kVocab;
     i.max_context = 64;
-    i.max_prefill_chunk = 16;
+    i.prefill_chunk = 16;
     i.num_layers = 1;
     i.max_concurrency = 4;
     i.kv_block_size = 4;
@@ -74,7 +74,7 @@ const ModelInfo& compiled_model_info() {
 
 std::unique_ptr<Model> create_model(const Artifact&) {
   const ModelInfo& i = compiled_model_info();
-  auto model = std::make_unique<GatedFakeModel>(i.max_concurrency, i.max_prefill_chunk, i.kv_blocks,
+  auto model = std::make_unique<GatedFakeModel>(i.max_concurrency, i.prefill_chunk, i.kv_blocks,
                                                 i.kv_block_size, i.max_context);
   if (const char* path = std::getenv("NINFER_FAKE_GATE")) {
     model->gate = std::make_unique<FifoGate>(path);

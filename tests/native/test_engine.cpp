@@ -94,7 +94,7 @@ void test_invariance() {
   CHECK(eos > 0 && stop_string > 0 && length > 0);
 
   struct Config {
-    int concurrency, step_tokens, kv_blocks, block_size;
+    int concurrency, prefill_chunk, kv_blocks, block_size;
     bool expect_preemption;
   };
   const std::vector<Config> configs = {
@@ -108,8 +108,8 @@ void test_invariance() {
     Metrics metrics;
     EngineOptions o;
     o.max_concurrency = c.concurrency;
-    o.step_tokens = c.step_tokens;
-    o.max_pending = 0;
+    o.prefill_chunk = c.prefill_chunk;
+    o.max_pending_requests = 0;
     o.metrics = &metrics;
     std::vector<Outcome> batched;
     {
@@ -124,7 +124,7 @@ void test_invariance() {
       CHECK(batched[i].timings.predicted_n == solo[i].timings.predicted_n);
       CHECK(batched[i].timings.prompt_n == solo[i].timings.prompt_n);
     }
-    CHECK(model.max_rows_.load() <= c.step_tokens);
+    CHECK(model.max_rows_.load() <= c.prefill_chunk);
     const std::string text = metrics.render();
     CHECK(metric(text, "ninfer:kv_blocks_used") == 0);
     CHECK(metric(text, "ninfer:num_requests_running") == 0);
@@ -202,7 +202,7 @@ void test_admission() {
     Metrics metrics;
     EngineOptions o;
     o.max_concurrency = 1;
-    o.max_pending = 1;
+    o.max_pending_requests = 1;
     o.metrics = &metrics;
     Engine engine(model, tok, {kEos}, o);
     auto a = engine.submit(long_request("a", 40));
@@ -253,9 +253,9 @@ void test_admission() {
   {
     FakeModel model(2, 8, 1 + 6, 4, 64);  // pool: 6 blocks = 24 positions; context 64
     EngineOptions o;
-    o.context_limit = 48;
+    o.max_context = 48;
     Engine engine(model, tok, {kEos}, o);
-    CHECK(engine.context_limit() == 48 && engine.max_positions() == 24);
+    CHECK(engine.max_context() == 48 && engine.max_positions() == 24);
     auto reason = [&](int prompt, int max_tokens) -> std::string {
       GenerationRequest r;
       r.prompt.assign(prompt, 1);
@@ -386,7 +386,7 @@ void write_log(const std::string& path) {
   model.set_gate(&gate);
   EngineOptions o;
   o.max_concurrency = 1;
-  o.max_pending = 1;
+  o.max_pending_requests = 1;
   o.request_log = &log;
   Engine engine(model, tok, {kEos}, o);
   gate.open();

@@ -64,7 +64,7 @@ struct SimSeq : Sequence {
 
 void check_plan(const Scheduler& sc, const StepPlan& plan) {
   const SchedulerConfig& cfg = sc.config();
-  CHECK(plan.rows <= cfg.step_tokens);
+  CHECK(plan.rows <= cfg.prefill_chunk);
   int rows = 0;
   std::set<const Sequence*> seen;
   bool prefill_seen = false;
@@ -84,7 +84,7 @@ void check_plan(const Scheduler& sc, const StepPlan& plan) {
   }
   CHECK(rows == plan.rows);
   // With a row per running request in the budget, no decode waits behind a prompt.
-  if (cfg.step_tokens >= cfg.max_concurrency && plan.preempted.empty())
+  if (cfg.prefill_chunk >= cfg.max_concurrency && plan.preempted.empty())
     for (const Sequence* s : sc.running())
       if (s->pending() == 1) CHECK(seen.count(s) == 1);
   // Running sequences own disjoint blocks, never block 0; the pool count is exact.
@@ -159,7 +159,7 @@ void test_scheduler() {
   // A long prompt is chunked and never stalls the decode of a running request.
   {
     SchedulerConfig cfg{
-        /*max_concurrency=*/2, /*table_rows=*/2, /*step_tokens=*/4,
+        /*max_concurrency=*/2, /*table_rows=*/2, /*prefill_chunk=*/4,
         /*kv_blocks=*/65,      /*block_size=*/4, /*blocks_per_seq=*/16};
     Scheduler sc(cfg);
     auto seqs = make_seqs({{2, 40}, {20, 24}});
@@ -191,7 +191,7 @@ void test_scheduler() {
   {
     SchedulerConfig cfg{2,
                         2,
-                        /*step_tokens=*/8,
+                        /*prefill_chunk=*/8,
                         /*kv_blocks=*/65,
                         /*block_size=*/4,
                         /*blocks_per_seq=*/16};
@@ -236,7 +236,7 @@ void test_scheduler() {
     SchedulerConfig cfg;
     cfg.table_rows = 1 + rng() % 6;
     cfg.max_concurrency = 1 + rng() % cfg.table_rows;
-    cfg.step_tokens = 1 + rng() % 12;
+    cfg.prefill_chunk = 1 + rng() % 12;
     cfg.block_size = 1 + rng() % 5;
     cfg.blocks_per_seq = 4 + rng() % 8;
     const int max_pos = cfg.blocks_per_seq * cfg.block_size;

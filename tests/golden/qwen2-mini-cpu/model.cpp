@@ -2,7 +2,7 @@
 // model: qwen2-mini (Qwen2ForCausalLM), target: cpu
 //
 // The step program of a dense pre-norm GQA decoder: one forward pass over `n` token rows
-// of up to kMaxSeqs sequences, with keys/values in a paged pool (model.h). Every call
+// of up to kMaxConcurrency sequences, with keys/values in a paged pool (model.h). Every call
 // below goes to a kernel stub (kernels.h) whose name encodes its spec; the launch table
 // behind the stubs is rendered per backend.
 #include <algorithm>
@@ -31,9 +31,9 @@ constexpr int kInter = 48;
 constexpr int kQDim = kHeads * kHeadDim;
 constexpr int kKvDim = kKvHeads * kHeadDim;
 constexpr int kMaxContext = 128;
-constexpr int kMaxChunk = 32;
+constexpr int kPrefillChunk = 32;
 constexpr int kGemvMaxRows = 4;
-constexpr int kMaxSeqs = 1;
+constexpr int kMaxConcurrency = 1;
 constexpr int kBlockSize = 16;
 constexpr int kBlocks = 9;
 constexpr int kBlocksPerSeq = 8;
@@ -88,30 +88,30 @@ class GeneratedModel final : public Model {
       k_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 32));
       v_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 32));
     }
-    x_ = mem_.floats(size_t(kMaxChunk) * 32);
-    res_ = mem_.floats(size_t(kMaxChunk) * 32);
-    h_ = mem_.floats(size_t(kMaxChunk) * 32);
-    q_ = mem_.floats(size_t(kMaxChunk) * 32);
-    qr_ = mem_.floats(size_t(kMaxChunk) * 32);
-    k_ = mem_.floats(size_t(kMaxChunk) * 16);
-    kn_ = mem_.floats(size_t(kMaxChunk) * 16);
-    kr_ = mem_.floats(size_t(kMaxChunk) * 16);
-    v_ = mem_.floats(size_t(kMaxChunk) * 16);
-    att_ = mem_.floats(size_t(kMaxChunk) * 32);
-    o_ = mem_.floats(size_t(kMaxChunk) * 32);
-    gu_ = mem_.floats(size_t(kMaxChunk) * 96);
-    act_ = mem_.floats(size_t(kMaxChunk) * 48);
-    tokens_ = mem_.ints(kMaxChunk);
-    pos_ = mem_.ints(kMaxChunk);
-    seq_ = mem_.ints(kMaxChunk);
-    kv_rows_ = mem_.ints(kMaxChunk);
-    logit_rows_ = mem_.ints(kMaxSeqs);
-    block_tables_ = mem_.ints(size_t(kMaxSeqs) * kBlocksPerSeq);
-    last_ = mem_.floats(size_t(kMaxSeqs) * kHidden);
-    last_norm_ = mem_.floats(size_t(kMaxSeqs) * kHidden);
-    logits_ = mem_.floats(size_t(kMaxSeqs) * kVocab);
+    x_ = mem_.floats(size_t(kPrefillChunk) * 32);
+    res_ = mem_.floats(size_t(kPrefillChunk) * 32);
+    h_ = mem_.floats(size_t(kPrefillChunk) * 32);
+    q_ = mem_.floats(size_t(kPrefillChunk) * 32);
+    qr_ = mem_.floats(size_t(kPrefillChunk) * 32);
+    k_ = mem_.floats(size_t(kPrefillChunk) * 16);
+    kn_ = mem_.floats(size_t(kPrefillChunk) * 16);
+    kr_ = mem_.floats(size_t(kPrefillChunk) * 16);
+    v_ = mem_.floats(size_t(kPrefillChunk) * 16);
+    att_ = mem_.floats(size_t(kPrefillChunk) * 32);
+    o_ = mem_.floats(size_t(kPrefillChunk) * 32);
+    gu_ = mem_.floats(size_t(kPrefillChunk) * 96);
+    act_ = mem_.floats(size_t(kPrefillChunk) * 48);
+    tokens_ = mem_.ints(kPrefillChunk);
+    pos_ = mem_.ints(kPrefillChunk);
+    seq_ = mem_.ints(kPrefillChunk);
+    kv_rows_ = mem_.ints(kPrefillChunk);
+    logit_rows_ = mem_.ints(kMaxConcurrency);
+    block_tables_ = mem_.ints(size_t(kMaxConcurrency) * kBlocksPerSeq);
+    last_ = mem_.floats(size_t(kMaxConcurrency) * kHidden);
+    last_norm_ = mem_.floats(size_t(kMaxConcurrency) * kHidden);
+    logits_ = mem_.floats(size_t(kMaxConcurrency) * kVocab);
     for (auto* v : {&stage_tokens_, &stage_pos_, &stage_seq_, &stage_kv_rows_})
-      v->resize(kMaxChunk);
+      v->resize(kPrefillChunk);
   }
 
   const ModelInfo& info() const override { return compiled_model_info(); }
@@ -138,7 +138,7 @@ class GeneratedModel final : public Model {
     backend::to_device(seq_, stage_seq_.data(), sizeof(int32_t) * n);
     backend::to_device(kv_rows_, stage_kv_rows_.data(), sizeof(int32_t) * n);
     backend::to_device(block_tables_, b.block_tables,
-                       sizeof(int32_t) * size_t(kMaxSeqs) * kBlocksPerSeq);
+                       sizeof(int32_t) * size_t(kMaxConcurrency) * kBlocksPerSeq);
     if (m > 0) backend::to_device(logit_rows_, b.logit_rows, sizeof(int32_t) * m);
     graphs_.run((uint64_t(n) << 16) | uint64_t(m), [&] { kernels(n, m); });
     if (m > 0) backend::to_host(logits, logits_, sizeof(float) * size_t(m) * kVocab);
@@ -151,7 +151,7 @@ class GeneratedModel final : public Model {
   static int bucket(int n) {
     int b = 1;
     while (b < n) b *= 2;
-    return b < kMaxChunk ? b : kMaxChunk;
+    return b < kPrefillChunk ? b : kPrefillChunk;
   }
 
   // Every kernel of one step over rows 0..n-1, logits of m rows. Reads per-step values
@@ -199,10 +199,10 @@ class GeneratedModel final : public Model {
     auto fail = [](const std::string& what) {
       throw std::out_of_range("step: " + what);
     };
-    if (b.n < 1 || b.n > kMaxChunk)
-      fail(std::to_string(b.n) + " rows outside [1, " + std::to_string(kMaxChunk) + "]");
-    if (b.n_logits < 0 || b.n_logits > kMaxSeqs)
-      fail(std::to_string(b.n_logits) + " logit rows outside [0, " + std::to_string(kMaxSeqs) +
+    if (b.n < 1 || b.n > kPrefillChunk)
+      fail(std::to_string(b.n) + " rows outside [1, " + std::to_string(kPrefillChunk) + "]");
+    if (b.n_logits < 0 || b.n_logits > kMaxConcurrency)
+      fail(std::to_string(b.n_logits) + " logit rows outside [0, " + std::to_string(kMaxConcurrency) +
            "]");
     for (int i = 0; i < b.n_logits; ++i)
       if (b.logit_rows[i] < 0 || b.logit_rows[i] >= b.n) fail("logit row out of range");
@@ -212,11 +212,11 @@ class GeneratedModel final : public Model {
       if (b.positions[i] < 0 || b.positions[i] >= kMaxContext)
         fail("position " + std::to_string(b.positions[i]) + " outside the context of " +
              std::to_string(kMaxContext));
-      if (b.slots[i] < 0 || b.slots[i] >= kMaxSeqs)
+      if (b.slots[i] < 0 || b.slots[i] >= kMaxConcurrency)
         fail("slot " + std::to_string(b.slots[i]) + " outside [0, " +
-             std::to_string(kMaxSeqs) + ")");
+             std::to_string(kMaxConcurrency) + ")");
     }
-    for (size_t i = 0; i < size_t(kMaxSeqs) * kBlocksPerSeq; ++i)
+    for (size_t i = 0; i < size_t(kMaxConcurrency) * kBlocksPerSeq; ++i)
       if (b.block_tables[i] < 0 || b.block_tables[i] >= kBlocks)
         fail("block id " + std::to_string(b.block_tables[i]) + " outside the pool of " +
              std::to_string(kBlocks));
@@ -252,7 +252,7 @@ class GeneratedModel final : public Model {
 
 const ModelInfo& compiled_model_info() {
   static const ModelInfo info{"qwen2-mini", "cpu", "<target-hash>",
-                              kVocab, kMaxContext, kMaxChunk, kLayers, kMaxSeqs, kBlockSize,
+                              kVocab, kMaxContext, kPrefillChunk, kLayers, kMaxConcurrency, kBlockSize,
                               kBlocks, kBlocksPerSeq, size_t(1024),
                               "f16"};
   return info;
@@ -264,10 +264,10 @@ void Model::forward(const int32_t* tokens, int n, int pos0, float* logits) {
                             std::to_string(pos0) + " exceed the context of " +
                             std::to_string(kMaxContext));
   static_assert(kBlocks > kBlocksPerSeq, "the pool holds one full sequence");
-  std::vector<int32_t> tables(size_t(kMaxSeqs) * kBlocksPerSeq, 0);
+  std::vector<int32_t> tables(size_t(kMaxConcurrency) * kBlocksPerSeq, 0);
   for (int j = 0; j < kBlocksPerSeq; ++j) tables[j] = j + 1;  // slot 0: blocks 1..
-  for (int start = 0; start < n; start += kMaxChunk) {
-    const int m = std::min(kMaxChunk, n - start);
+  for (int start = 0; start < n; start += kPrefillChunk) {
+    const int m = std::min(kPrefillChunk, n - start);
     std::vector<int32_t> pos(m), slots(m, 0);
     for (int i = 0; i < m; ++i) pos[i] = pos0 + start + i;
     const int32_t last = m - 1;
