@@ -44,18 +44,17 @@ class CompileResult:
 
 
 def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> CompileResult:
-    # Codegen imports tvm_ffi, the kernel stages TVM, and the build needs a toolchain: all
-    # imported here, so that write_model_artifact runs where none of them exists.
-    from ninfer.build import cmake_build
-    from ninfer.codegen import CpuBackend, render_tree
-    from ninfer.kernels.cpu.build import cached_cpu_object
-
+    # The kernel stages import TVM, codegen tvm_ffi (which loads torch when present: ~3 s
+    # together) and the build needs a toolchain: each is imported by the stage that uses
+    # it, so that a bad option, checkpoint or plan fails at once, and write_model_artifact
+    # runs where none of them exists.
     stage = _Stages(progress)
     dump = Dump(opts.dump_dir)
 
     # 1. Target profile: every hardware number comes from here.
     with stage("target"):
         target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
+        opts.check_target(target)
 
     # 2. Frontend: checkpoint -> typed graph; tokenizer and chat template checked.
     with stage("frontend"):
@@ -79,19 +78,23 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     #    and shared memory for the target's arch, and every launch the step program can
     #    make is proven to fit (launch verifier, coop routes); a violation stops here.
     with stage("kernels"):
-        opts.check_target(target)
         launches: tuple[LaunchRow, ...] = ()
         backend: Backend
         if target.is_cuda:
             backend, launches = _cuda_stages(plan, target, model.graph.config.num_heads,
                                              opts, dump)
         else:
+            from ninfer.codegen import CpuBackend
+            from ninfer.kernels.cpu.build import cached_cpu_object
+
             dump.json("kernels.json", _kernel_table(plan))
             backend = CpuBackend(cached_cpu_object(plan.unique_kernels(), target,
                                                    opts.kernel_cache, src_dir / "kernels.o"))
 
     # 5. Codegen: step program, kernel stubs, launch table, CMakeLists from templates/.
     with stage("codegen"):
+        from ninfer.codegen import render_tree
+
         tree = render_tree(model.graph, plan, target, model_id, backend, src_dir, out_dir,
                            python_module=opts.python_module)
     dump.tree("generated", tree.directory)
@@ -104,6 +107,8 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
 
     # 7. Build: CMake + Ninja -> ninfer-server (+ ninfer_engine Python module).
     with stage("build"):
+        from ninfer.build import cmake_build
+
         cmake_build(src_dir, out_dir / "cmake-build", log=out_dir / "build.log")
 
     report = CompileReport(model_id, model.graph.config.architecture, target, plan,
