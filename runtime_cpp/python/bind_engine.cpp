@@ -1,0 +1,119 @@
+// The Engine class of the `ninfer_engine_<model>` Python module (engine_module.cpp), over
+// the same runtime and generated model as ninfer-server: load an artifact, tokenize, run
+// forward passes, read logits. Model-independent, so it is compiled once for every model
+// (only the module's entry point carries the model's name).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/sampling.h"
+#include "model/artifact.h"
+#include "model/model.h"
+#include "text/chat_format.h"
+#include "text/tokenizer.h"
+
+namespace py = pybind11;
+
+namespace ninfer {
+namespace {
+
+class PyEngine {
+ public:
+  PyEngine(const std::string& path, int threads) {
+    const ModelInfo& info = compiled_model_info();
+    artifact_ = std::make_unique<Artifact>(path, info.target, info.target_hash);
+    backend::init({threads, false});
+    tokenizer_ =
+        std::make_unique<Tokenizer>(Tokenizer::from_json(artifact_->manifest().at("tokenizer")));
+    model_ = create_model(*artifact_);
+  }
+
+  // Runs `tokens` at positions pos0.. (prefill in chunks) and returns the last logits.
+  py::array_t<float> forward(const std::vector<int32_t>& tokens, int pos0) {
+    const ModelInfo& info = model_->info();
+    py::array_t<float> logits(info.vocab_size);
+    py::gil_scoped_release release;
+    for (size_t i = 0; i < tokens.size();) {
+      const int n = std::min<int>(info.prefill_chunk, static_cast<int>(tokens.size() - i));
+      model_->forward(tokens.data() + i, n, pos0 + static_cast<int>(i), logits_buffer(info));
+      i += n;
+    }
+    py::gil_scoped_acquire acquire;
+    std::copy(last_.begin(), last_.end(), logits.mutable_data());
+    return logits;
+  }
+
+  // Greedy generation from a fresh sequence; stops at max_new or an eos id.
+  std::vector<int32_t> generate_greedy(const std::vector<int32_t>& prompt, int max_new,
+                                       const std::vector<int32_t>& eos) {
+    const ModelInfo& info = model_->info();
+    std::vector<int32_t> out;
+    py::gil_scoped_release release;
+    int pos = 0;
+    for (size_t i = 0; i < prompt.size();) {
+      const int n = std::min<int>(info.prefill_chunk, static_cast<int>(prompt.size() - i));
+      model_->forward(prompt.data() + i, n, pos, logits_buffer(info));
+      pos += n;
+      i += n;
+    }
+    while (static_cast<int>(out.size()) < max_new && pos < info.max_context) {
+      const int32_t t = argmax(last_.data(), info.vocab_size);
+      out.push_back(t);
+      if (std::find(eos.begin(), eos.end(), t) != eos.end()) break;
+      if (static_cast<int>(out.size()) == max_new) break;
+      model_->forward(&t, 1, pos++, last_.data());
+    }
+    return out;
+  }
+
+  std::vector<int32_t> encode(const std::string& text, bool add_special) {
+    return tokenizer_->encode(text, add_special);
+  }
+  std::string manifest() const { return artifact_->manifest().dump(); }
+  py::dict info() const {
+    const ModelInfo& i = model_->info();
+    py::dict d;
+    d["model_id"] = i.model_id;
+    d["target"] = i.target;
+    d["vocab_size"] = i.vocab_size;
+    d["max_context"] = i.max_context;
+    d["prefill_chunk"] = i.prefill_chunk;
+    d["num_layers"] = i.num_layers;
+    d["backend"] = backend::describe();
+    return d;
+  }
+
+ private:
+  float* logits_buffer(const ModelInfo& info) {
+    last_.resize(info.vocab_size);
+    return last_.data();
+  }
+
+  std::unique_ptr<Artifact> artifact_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Model> model_;
+  std::vector<float> last_;
+};
+
+}  // namespace
+}  // namespace ninfer
+
+void ninfer_bind_engine(py::module_& m) {
+  // module_local: several compiled models (each its own module) may share a process.
+  py::class_<ninfer::PyEngine>(m, "Engine", py::module_local())
+      .def(py::init<const std::string&, int>(), py::arg("artifact"), py::arg("threads") = 0)
+      .def("forward", &ninfer::PyEngine::forward, py::arg("tokens"), py::arg("pos0") = 0,
+           "Run tokens at positions pos0.. and return the last position's logits")
+      .def("generate_greedy", &ninfer::PyEngine::generate_greedy, py::arg("prompt"),
+           py::arg("max_new_tokens"), py::arg("eos_token_ids") = std::vector<int32_t>{})
+      .def("encode", &ninfer::PyEngine::encode, py::arg("text"),
+           py::arg("add_special_tokens") = true)
+      .def("manifest", &ninfer::PyEngine::manifest)
+      .def("info", &ninfer::PyEngine::info);
+}
