@@ -1,0 +1,35 @@
+// What may come next in a request's output, beyond sampling: a grammar (structured output,
+// required tool calls) or a forced sequence (a thinking budget closing its block). The
+// engine owns no constraint logic; it asks each of a request's constraints, in order,
+// before and after every sampled token.
+//
+// Per token, on the engine thread unless noted:
+//   1. prepare()        right after the step that produces the logits is launched, so a
+//                       constraint can compute its next mask while the model runs (it may
+//                       hand the work to another thread and join in apply());
+//   2. apply(logits)    sets the logit of every token it forbids to -infinity;
+//   3. accept(token)    the sampled token; returns false if the constraint cannot take it
+//                       (the engine then fails the request: a bug, never silent);
+//   4. finished()       true when nothing more may follow (a complete grammar): the engine
+//                       ends the request with finish_reason "stop".
+// A constraint that forbids every token makes the engine fail the request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace ninfer {
+
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual void prepare() {}
+  virtual void apply(float* logits, int vocab) = 0;
+  virtual bool accept(int32_t token) = 0;
+  virtual bool finished() const { return false; }
+};
+
+using TokenConstraints = std::vector<std::shared_ptr<TokenConstraint>>;
+
+}  // namespace ninfer
