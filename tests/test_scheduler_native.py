@@ -37,7 +37,7 @@ def _run(binary: Path, *args: str) -> str:
 
 
 @pytest.mark.parametrize("case", ["scheduler", "invariance", "cancel", "admission", "sampling",
-                                  "slowdown", "stops"])
+                                  "slowdown", "stops", "fork", "token_controls", "processors"])
 def test_native(test_engine: Path, case: str) -> None:
     assert f"{case} ok" in _run(test_engine, case)
 

@@ -69,6 +69,27 @@ std::shared_ptr<RequestState> Engine::submit(GenerationRequest request) {
            "max_tokens");
   }
   request.max_tokens = max_tokens;
+  if (request.n < 1 || request.n > sched_config_.max_concurrency)
+    throw std::invalid_argument("n must be in [1, " +
+                                std::to_string(sched_config_.max_concurrency) + "], got " +
+                                std::to_string(request.n));
+  if (request.n > 1 && !request.constraints.empty())
+    throw std::invalid_argument("n > 1 with constraints is not supported");
+  if (request.logprobs > kMaxLogprobs)
+    throw std::invalid_argument("at most " + std::to_string(kMaxLogprobs) + " logprobs");
+  if (request.n > 1) {
+    // The group is admitted at once: the prompt's blocks, and for each other choice the
+    // blocks from the one holding the prompt's last position on (scheduler.h).
+    const int bs = sched_config_.block_size;
+    const int own = (n + bs - 1) / bs - (n - 1) / bs;
+    const int need = (n + bs - 1) / bs + (request.n - 1) * own;
+    if (need > kv_blocks_total())
+      reject(RequestRejected::Reason::kKvCapacity,
+             "The request's " + std::to_string(request.n) + " choices need " +
+                 std::to_string(need) + " KV blocks at once for a " + std::to_string(n) +
+                 "-token prompt, but the pool has " + std::to_string(kv_blocks_total()),
+             "n");
+  }
 
   auto state = std::make_shared<RequestState>(std::move(request));
   state->submitted_ms = clock_.now_ms();

@@ -11,20 +11,33 @@
 
 namespace ninfer {
 
-// A request inside the engine: its scheduling state plus its own sampling and text state.
+// What the n choices of one request share.
+struct Engine::Choices {
+  bool failed = false;  // an error was sent: the other choices end silently
+};
+
+// One choice of a request inside the engine: its scheduling state plus its own sampling
+// and text state (choice i samples with seed + i).
 struct Engine::Seq : Sequence {
-  Seq(std::shared_ptr<RequestState> st, const Tokenizer& tok, int max_tokens)
-      : state(std::move(st)), sampler(state->request.seed), decoder(tok, true),
+  Seq(std::shared_ptr<RequestState> st, std::shared_ptr<Choices> c, int index, const Tokenizer& tok,
+      int max_tokens)
+      : state(std::move(st)), choices(std::move(c)), index(index),
+        sampler(state->request.seed + static_cast<uint64_t>(index)), decoder(tok, true),
         stops(state->request.stop), max_tokens(max_tokens) {
     tokens = state->request.prompt;
+    if (state->request.sampling.has_penalties()) counts.add_prompt(tokens);
   }
   std::shared_ptr<RequestState> state;
+  std::shared_ptr<Choices> choices;
+  int index;
   Sampler sampler;
+  TokenCounts counts;  // for the penalties
   StreamDecoder decoder;
   StopMatcher stops;
   int max_tokens;
   int generated = 0;
   std::vector<int32_t> pending_tokens;  // sampled, not yet sent (held by the stop matcher)
+  std::vector<TokenLogprob> pending_logprobs;
   double t_admit = -1, t_first = -1, t_last = -1;
 
   int prompt_n() const { return static_cast<int>(state->request.prompt.size()); }
@@ -127,9 +140,16 @@ void Engine::loop() {
       if (stopping_) break;
       shutting_down = shutting_down_;
       for (auto& state : incoming_) {
-        auto seq = std::make_unique<Seq>(state, tokenizer_, state->request.max_tokens);
-        sched_.add(seq.get());
-        seqs_.push_back(std::move(seq));
+        const GenerationRequest& r = state->request;
+        auto choices = std::make_shared<Choices>();
+        auto lead = std::make_unique<Seq>(state, choices, 0, tokenizer_, r.max_tokens);
+        for (int i = 1; i < r.n; ++i) {
+          auto fork = std::make_unique<Seq>(state, choices, i, tokenizer_, r.max_tokens);
+          lead->forks.push_back(fork.get());
+          seqs_.push_back(std::move(fork));
+        }
+        sched_.add(lead.get());
+        seqs_.push_back(std::move(lead));
       }
       waiting_ += static_cast<int>(incoming_.size());
       incoming_.clear();
@@ -156,6 +176,7 @@ void Engine::loop() {
       if (s.t_admit >= 0) continue;  // readmitted after a preemption
       s.t_admit = now;
       s.state->mark_started();
+      if (s.index > 0) continue;  // the request's other choices, admitted with it
       const double queue_ms = now - s.state->submitted_ms;
       if (metrics_) metrics_->observe_queue(queue_ms / 1000);
       if (log_) {
@@ -201,19 +222,25 @@ void Engine::reap(double now) {
              now - s.state->submitted_ms > pending_timeout_ms_)
       expired.push_back(&s);
   }
-  for (Seq* s : cancelled) finish(*s, "cancelled", now);
+  for (Seq* s : cancelled) {
+    if (s->choices->failed) drop(*s);  // another choice failed the request: said already
+    else finish(*s, "cancelled", now);
+  }
   for (Seq* s : expired) {
-    const std::string msg = "The request waited " +
-                            std::to_string(static_cast<int64_t>(now - s->state->submitted_ms)) +
-                            " ms without being scheduled (the pending timeout is " +
-                            std::to_string(static_cast<int64_t>(pending_timeout_ms_)) +
-                            " ms); the server is overloaded, retry later";
-    log_rejected(s->state->request, s->max_tokens, "pending_timeout", msg);
-    GenerationEvent ev;
-    ev.kind = GenerationEvent::Kind::kError;
-    ev.error = msg;
-    ev.error_code = "pending_timeout";
-    s->state->push(std::move(ev));
+    if (!s->choices->failed) {
+      s->choices->failed = true;
+      const std::string msg = "The request waited " +
+                              std::to_string(static_cast<int64_t>(now - s->state->submitted_ms)) +
+                              " ms without being scheduled (the pending timeout is " +
+                              std::to_string(static_cast<int64_t>(pending_timeout_ms_)) +
+                              " ms); the server is overloaded, retry later";
+      log_rejected(s->state->request, s->max_tokens, "pending_timeout", msg);
+      GenerationEvent ev;
+      ev.kind = GenerationEvent::Kind::kError;
+      ev.error = msg;
+      ev.error_code = "pending_timeout";
+      s->state->push(std::move(ev));
+    }
     drop(*s);
   }
 }
@@ -246,6 +273,11 @@ void Engine::run_step(StepPlan& plan) {
   batch.block_tables = block_tables_.data();
   batch.n_logits = n_logits;
   batch.logit_rows = logit_rows_.data();
+  // Constraints may compute their next mask while the step runs (constraint.h).
+  for (const Chunk& c : plan.chunks)
+    if (c.logits)
+      for (const auto& constraint : static_cast<Seq&>(*c.seq).state->request.constraints)
+        constraint->prepare();
   const double t0 = clock_.now_ms();
   try {
     model_.step(batch, logits_.data());
@@ -272,7 +304,7 @@ void Engine::run_step(StepPlan& plan) {
   for (const Chunk& c : plan.chunks) {
     if (!c.logits) continue;
     Seq& s = static_cast<Seq&>(*c.seq);
-    const float* row_logits = logits_.data() + static_cast<size_t>(k++) * info.vocab_size;
+    float* row_logits = logits_.data() + static_cast<size_t>(k++) * info.vocab_size;
     try {
       on_token(s, row_logits, now);  // may finish and destroy s
     } catch (const std::exception& e) {
@@ -281,36 +313,75 @@ void Engine::run_step(StepPlan& plan) {
   }
 }
 
-bool Engine::on_token(Seq& s, const float* logits, double now) {
+// The logits processors of the request (sampling.h: min_tokens, logit_bias, penalties;
+// then the constraints), in place on the step's row.
+void Engine::process_logits(Seq& s, float* logits) {
   const GenerationRequest& req = s.state->request;
-  const int32_t token = s.sampler.sample(logits, model_.info().vocab_size, req.sampling);
+  const int vocab = model_.info().vocab_size;
+  if (s.generated < req.min_tokens) {
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    if (!req.ignore_eos)
+      for (int32_t id : eos_ids_)
+        if (id >= 0 && id < vocab) logits[id] = kMasked;
+    for (int32_t id : req.stop_token_ids)
+      if (id >= 0 && id < vocab) logits[id] = kMasked;
+  }
+  if (!req.sampling.logit_bias.empty()) apply_logit_bias(logits, vocab, req.sampling);
+  if (req.sampling.has_penalties()) s.counts.apply(logits, vocab, req.sampling);
+  for (const auto& c : req.constraints) c->apply(logits, vocab);
+}
+
+bool Engine::on_token(Seq& s, float* logits, double now) {
+  const GenerationRequest& req = s.state->request;
+  const int vocab = model_.info().vocab_size;
+  // Logprobs are the model's own (before the processors): keep the raw row if they will
+  // change it.
+  const bool processed = s.generated < req.min_tokens || !req.sampling.logit_bias.empty() ||
+                         req.sampling.has_penalties() || !req.constraints.empty();
+  if (req.logprobs >= 0 && processed) raw_logits_.assign(logits, logits + vocab);
+  process_logits(s, logits);
+  const int32_t token = s.sampler.sample(logits, vocab, req.sampling);
+  for (const auto& c : req.constraints)
+    if (!c->accept(token))
+      throw std::logic_error("a constraint refused token " + std::to_string(token) +
+                             " after its own mask allowed it");
+  if (req.sampling.has_penalties()) s.counts.add_output(token);
   ++s.generated;
   if (metrics_) {
     metrics_->add_generation_tokens(1);
-    if (s.generated == 1) {
+    if (s.generated == 1 && s.index == 0) {
       metrics_->add_prompt_tokens(s.prompt_n());
       metrics_->observe_ttft((now - s.state->submitted_ms) / 1000);
       metrics_->observe_prefill((now - s.t_admit) / 1000);
-    } else {
+    } else if (s.generated > 1) {
       metrics_->observe_inter_token((now - s.t_last) / 1000);
     }
   }
   if (s.generated == 1) s.t_first = now;
   s.t_last = now;
-  const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
-  if (is_eos && !req.ignore_eos) {
+  auto in = [token](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  if ((!req.ignore_eos && in(eos_ids_)) || in(req.stop_token_ids)) {
     finish(s, "stop", now);
     return true;
   }
   s.pending_tokens.push_back(token);
-  const StopMatcher::Result r = s.stops.feed(s.decoder.push(token));
-  if (!r.text.empty() || r.stopped) {
-    GenerationEvent ev;
-    ev.text = r.text;
-    ev.tokens.swap(s.pending_tokens);
-    s.state->push(std::move(ev));
+  if (req.logprobs >= 0) {
+    const LogSoftmax lsm(processed ? raw_logits_.data() : logits, vocab);
+    s.pending_logprobs.push_back({token, lsm.logprob(token), lsm.top(req.logprobs)});
   }
+  // Stop strings count from min_tokens on (vLLM): one may still start before.
+  const StopMatcher::Result r =
+      s.stops.feed(s.decoder.push(token), /*armed=*/s.generated >= req.min_tokens);
+  if (!r.text.empty() || r.stopped) send_pending(s, r.text);
   if (r.stopped) {
+    finish(s, "stop", now);
+    return true;
+  }
+  bool complete = false;  // a constraint says nothing more may follow
+  for (const auto& c : req.constraints) complete = complete || c->finished();
+  if (complete) {
     finish(s, "stop", now);
     return true;
   }
@@ -322,15 +393,19 @@ bool Engine::on_token(Seq& s, const float* logits, double now) {
   return false;
 }
 
+void Engine::send_pending(Seq& s, const std::string& text) {
+  GenerationEvent ev;
+  ev.index = s.index;
+  ev.text = text;
+  ev.tokens.swap(s.pending_tokens);
+  ev.logprobs.swap(s.pending_logprobs);
+  s.state->push(std::move(ev));
+}
+
 void Engine::finish(Seq& s, const std::string& reason, double now) {
   if (reason != "stop" || !s.stops.stopped()) {
     const StopMatcher::Result r = s.stops.finish(s.decoder.flush());
-    if (!r.text.empty() || !s.pending_tokens.empty()) {
-      GenerationEvent ev;
-      ev.text = r.text;
-      ev.tokens.swap(s.pending_tokens);
-      s.state->push(std::move(ev));
-    }
+    if (!r.text.empty() || !s.pending_tokens.empty()) send_pending(s, r.text);
   }
   Timings t;
   t.prompt_n = s.prompt_n();
@@ -369,6 +444,7 @@ void Engine::finish(Seq& s, const std::string& reason, double now) {
   }
   GenerationEvent done;
   done.kind = GenerationEvent::Kind::kDone;
+  done.index = s.index;
   done.finish_reason = reason;
   done.timings = t;
   s.state->push(std::move(done));
@@ -376,23 +452,27 @@ void Engine::finish(Seq& s, const std::string& reason, double now) {
 }
 
 void Engine::fail(Seq& s, const std::string& error, const std::string& code, double now) {
-  if (log_) {
-    RequestRecord rec;
-    rec.event = "error";
-    rec.id = s.state->request.id;
-    rec.prompt_tokens = s.prompt_n();
-    rec.max_tokens = s.max_tokens;
-    rec.generated_tokens = s.generated;
-    rec.e2e_ms = now - s.state->submitted_ms;
-    rec.preemptions = s.preemptions;
-    rec.error = error;
-    log_->write(rec);
+  if (!s.choices->failed) {  // once per request; its other choices end silently
+    s.choices->failed = true;
+    if (log_) {
+      RequestRecord rec;
+      rec.event = "error";
+      rec.id = s.state->request.id;
+      rec.prompt_tokens = s.prompt_n();
+      rec.max_tokens = s.max_tokens;
+      rec.generated_tokens = s.generated;
+      rec.e2e_ms = now - s.state->submitted_ms;
+      rec.preemptions = s.preemptions;
+      rec.error = error;
+      log_->write(rec);
+    }
+    GenerationEvent ev;
+    ev.kind = GenerationEvent::Kind::kError;
+    ev.error = error;
+    ev.error_code = code;
+    s.state->push(std::move(ev));
+    s.state->cancel();  // the next reap drops the other choices
   }
-  GenerationEvent ev;
-  ev.kind = GenerationEvent::Kind::kError;
-  ev.error = error;
-  ev.error_code = code;
-  s.state->push(std::move(ev));
   drop(s);
 }
 

@@ -9,7 +9,10 @@
 // and samples the requests whose last row was in the step. Each request owns its Sampler
 // (seeded per request), StreamDecoder and StopMatcher, and the kernels are
 // row-independent, so a request's tokens do not depend on what else is in the batch, on
-// how its prompt was chunked, or on being preempted and recomputed.
+// how its prompt was chunked, or on being preempted and recomputed. A request with n > 1
+// runs as n sequences (its choices; the scheduler shares the prompt's KV blocks between
+// them), choice i seeded with seed + i: it gives the same choices as n requests with
+// seeds seed, seed + 1, ... would.
 #pragma once
 
 #include <condition_variable>
@@ -51,6 +54,7 @@ struct EngineOptions {
 
 class Engine {
  public:
+  static constexpr int kMaxLogprobs = 20;  // top alternatives per token, at most
   Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
          const EngineOptions& options);
   ~Engine();
@@ -69,10 +73,13 @@ class Engine {
 
  private:
   struct Seq;
+  struct Choices;
   void loop();
   void reap(double now);
   void run_step(StepPlan& plan);
-  bool on_token(Seq& s, const float* logits, double now);  // true: finished
+  bool on_token(Seq& s, float* logits, double now);  // true: finished
+  void process_logits(Seq& s, float* logits);
+  void send_pending(Seq& s, const std::string& text);
   void finish(Seq& s, const std::string& reason, double now);
   void fail(Seq& s, const std::string& error, const std::string& code, double now);
   void drop(Seq& s);
@@ -97,6 +104,7 @@ class Engine {
   Scheduler sched_;
   std::vector<std::unique_ptr<Seq>> seqs_;
   std::vector<float> logits_;
+  std::vector<float> raw_logits_;  // a row before its processors, for logprobs
   std::vector<int32_t> tokens_, positions_, slots_, block_tables_, logit_rows_;
   // Step cost model for max_decode_slowdown: a decode-only step, and each prompt row
   // on top of one (exponential moving averages of measured step times).

@@ -7,12 +7,12 @@
 namespace ninfer {
 
 KvBlocks::KvBlocks(int num_blocks, int block_size)
-    : block_size_(block_size), owned_(std::max(num_blocks, 1), false) {
+    : block_size_(block_size), refs_(std::max(num_blocks, 1), 0) {
   if (block_size <= 0) throw std::invalid_argument("KV block size must be positive");
   if (num_blocks < 2)
     throw std::invalid_argument("the KV pool needs at least 2 blocks (block 0 is reserved), has " +
                                 std::to_string(num_blocks));
-  owned_[0] = true;  // reserved for padding rows, never handed out
+  refs_[0] = 1;  // reserved for padding rows, never handed out
   free_.reserve(num_blocks - 1);
   for (int b = num_blocks - 1; b >= 1; --b) free_.push_back(b);
 }
@@ -24,7 +24,7 @@ bool KvBlocks::grow(std::vector<int32_t>& blocks, int tokens) {
   for (int i = 0; i < need; ++i) {
     const int32_t b = free_.back();
     free_.pop_back();
-    owned_[b] = true;
+    refs_[b] = 1;
     blocks.push_back(b);
   }
   return true;
@@ -34,12 +34,24 @@ void KvBlocks::release(std::vector<int32_t>& blocks) {
   // Pushed in reverse so that a sequence's blocks come back in the order it got them.
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
     const int32_t b = *it;
-    if (b <= 0 || b >= static_cast<int32_t>(owned_.size()) || !owned_[b])
+    if (b <= 0 || b >= static_cast<int32_t>(refs_.size()) || refs_[b] <= 0)
       throw std::logic_error("KV block " + std::to_string(b) + " released but not allocated");
-    owned_[b] = false;
-    free_.push_back(b);
+    if (--refs_[b] == 0) free_.push_back(b);
   }
   blocks.clear();
+}
+
+void KvBlocks::share(const std::vector<int32_t>& from, int count, std::vector<int32_t>& to) {
+  if (count < 0 || count > static_cast<int>(from.size()))
+    throw std::logic_error("sharing " + std::to_string(count) + " KV blocks of a sequence that " +
+                           "holds " + std::to_string(from.size()));
+  for (int i = 0; i < count; ++i) {
+    const int32_t b = from[i];
+    if (b <= 0 || b >= static_cast<int32_t>(refs_.size()) || refs_[b] <= 0)
+      throw std::logic_error("KV block " + std::to_string(b) + " shared but not allocated");
+    ++refs_[b];
+    to.push_back(b);
+  }
 }
 
 void fill_block_tables(int32_t* tables, int rows, int width,

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "engine/sampling.h"
 
 namespace ninfer {
@@ -21,9 +22,21 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;
   int max_tokens = -1;  // -1: as many as the context and the KV pool allow
   SamplingParams sampling;
-  uint64_t seed = 0;
+  uint64_t seed = 0;  // choice i samples with seed + i
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // Choices generated from the prompt (prefilled once, its KV blocks shared); each sends
+  // its events with its index and ends with its own kDone. At most max_concurrency.
+  int n = 1;
+  // Until this many tokens were generated, the end-of-sequence ids (unless ignore_eos) and
+  // stop_token_ids are masked and stop strings are not looked for (vLLM).
+  int min_tokens = 0;
+  // Sampling one of these ends the choice with "stop"; like an end-of-sequence token it is
+  // counted in usage but not sent (neither text nor tokens).
+  std::vector<int32_t> stop_token_ids;
+  // >= 0: each sent token carries its logprob and this many top alternatives (0..20).
+  int logprobs = -1;
+  TokenConstraints constraints;  // applied in order before sampling
 };
 
 struct Timings {
@@ -37,12 +50,14 @@ struct Timings {
 struct GenerationEvent {
   enum class Kind { kText, kDone, kError };
   Kind kind = Kind::kText;
-  std::string text;             // kText: the new text (complete UTF-8)
-  std::vector<int32_t> tokens;  // kText: tokens this delta completes
-  std::string finish_reason;    // kDone: "stop" | "length" | "cancelled"
-  std::string error;            // kError
-  std::string error_code;       // kError: "pending_timeout" (never admitted in time) or ""
-  Timings timings;              // kDone
+  std::string text;                    // kText: the new text (complete UTF-8)
+  int index = 0;                       // the choice (0..n-1) this event belongs to
+  std::vector<int32_t> tokens;         // kText: tokens this delta completes
+  std::vector<TokenLogprob> logprobs;  // kText with logprobs >= 0: one per token
+  std::string finish_reason;           // kDone: "stop" | "length" | "cancelled" (per choice)
+  std::string error;                   // kError
+  std::string error_code;              // kError: "pending_timeout" (never admitted in time) or ""
+  Timings timings;                     // kDone: of this choice
 };
 
 // Thrown by Engine::submit for a request that is refused without running.

@@ -2,28 +2,69 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <stdexcept>
 #include <vector>
 
 namespace ninfer {
 
 int32_t argmax(const float* logits, int vocab) {
-  int32_t best = 0;
-  for (int i = 1; i < vocab; ++i)
-    if (logits[i] > logits[best]) best = i;
+  int32_t best = -1;
+  float value = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < vocab; ++i)
+    if (logits[i] > value) {
+      value = logits[i];
+      best = i;
+    }
   return best;
 }
 
-// Exact top-k / top-p / temperature sampling without sorting the whole vocabulary (a
-// 150k-entry sort per token costs ~10 ms): the candidates are the top_k tokens (partial
+void TokenCounts::add_prompt(const std::vector<int32_t>& prompt) {
+  for (int32_t t : prompt) counts_[t].prompt = true;
+}
+
+void TokenCounts::add_output(int32_t token) { ++counts_[token].output; }
+
+void TokenCounts::apply(float* logits, int vocab, const SamplingParams& p) const {
+  const float rep = p.repetition_penalty;
+  for (const auto& [id, c] : counts_) {
+    if (id < 0 || id >= vocab) continue;
+    float& l = logits[id];
+    if (rep != 1.0f) l = l > 0 ? l / rep : l * rep;
+    if (c.output > 0) {
+      l -= p.frequency_penalty * static_cast<float>(c.output);
+      l -= p.presence_penalty;
+    }
+  }
+}
+
+void apply_logit_bias(float* logits, int vocab, const SamplingParams& p) {
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id >= 0 && id < vocab) logits[id] += bias;
+}
+
+// Exact temperature / min_p / top-k / top-p sampling without sorting the whole vocabulary
+// (a 150k-entry sort per token costs ~10 ms): the candidates are the top_k tokens (partial
 // sort), else, with top_p < 1, the shortest prefix of the descending order that holds
 // top_p of the mass, found by growing a nth_element prefix 4x at a time; with neither,
-// every token, unsorted (order does not change the distribution).
+// every token, unsorted (order does not change the distribution). min_p zeroes the weight
+// of every token whose probability is below min_p times the top token's, before top_p
+// measures the mass (vLLM v1 applies min_p before top-k / top-p; min_p and top_k commute).
 int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p) {
-  if (p.temperature <= 0.0f || p.top_k == 1) return argmax(logits, vocab);
+  const int32_t best = argmax(logits, vocab);
+  if (best < 0)
+    throw std::runtime_error(
+        "every token of the vocabulary is masked (logit -inf) at this position: the request's "
+        "constraints, logit_bias or min_tokens leave nothing to sample");
+  if (p.temperature <= 0.0f || p.top_k == 1) return best;
   const double inv_t = 1.0 / p.temperature;
-  const double top = logits[argmax(logits, vocab)];
-  auto weight = [&](int32_t id) { return std::exp((logits[id] - top) * inv_t); };
+  const double top = logits[best];
+  const double min_weight = p.min_p > 0 ? p.min_p : 0.0;  // the top token's weight is 1
+  auto weight = [&](int32_t id) {
+    const double w = std::exp((logits[id] - top) * inv_t);
+    return w >= min_weight ? w : 0.0;
+  };
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b]; };
   std::vector<int32_t> ids(vocab);
   std::iota(ids.begin(), ids.end(), 0);
@@ -67,12 +108,56 @@ int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p)
     keep = cut;
     sum = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
   }
+  // r in [0, sum): a token of weight 0 (masked, or below min_p) is never drawn.
   double r = std::uniform_real_distribution<double>(0.0, sum)(rng_);
   for (int i = 0; i < keep; ++i) {
+    if (r < probs[i]) return ids[i];
     r -= probs[i];
-    if (r <= 0) return ids[i];
   }
-  return ids[keep - 1];
+  for (int i = keep - 1; i >= 0; --i)  // rounding left r at the very end
+    if (probs[i] > 0) return ids[i];
+  return best;
+}
+
+LogSoftmax::LogSoftmax(const float* logits, int vocab) : logits_(logits), vocab_(vocab) {
+  const int32_t best = argmax(logits, vocab);
+  if (best < 0) {
+    log_norm_ = std::numeric_limits<double>::infinity();
+    return;
+  }
+  const double top = logits[best];
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(logits[i] - top);
+  log_norm_ = top + std::log(sum);
+}
+
+float LogSoftmax::logprob(int32_t token) const {
+  return static_cast<float>(logits_[token] - log_norm_);
+}
+
+std::vector<std::pair<int32_t, float>> LogSoftmax::top(int n) const {
+  n = std::min(n, vocab_);
+  // A min-heap (by "better") of the best n so far: one pass, no vocabulary-sized buffer.
+  auto better = [&](int32_t a, int32_t b) {
+    return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b);
+  };
+  std::vector<int32_t> heap;
+  heap.reserve(n);
+  for (int32_t i = 0; i < vocab_ && n > 0; ++i) {
+    if (static_cast<int>(heap.size()) < n) {
+      heap.push_back(i);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better(i, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = i;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort(heap.begin(), heap.end(), better);
+  std::vector<std::pair<int32_t, float>> out;
+  out.reserve(heap.size());
+  for (int32_t id : heap) out.emplace_back(id, logprob(id));
+  return out;
 }
 
 }  // namespace ninfer

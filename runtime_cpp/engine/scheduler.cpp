@@ -30,6 +30,13 @@ void Scheduler::add(Sequence* seq) {
   seq->order = next_order_++;
   seq->num_computed = 0;
   seq->slot = -1;
+  for (Sequence* f : seq->forks) {
+    if (f->tokens != seq->tokens) throw std::invalid_argument("a fork must have the same tokens");
+    f->order = next_order_++;
+    f->num_computed = 0;
+    f->slot = -1;
+    f->shares = nullptr;
+  }
   waiting_.push_back(seq);
 }
 
@@ -42,14 +49,44 @@ void Scheduler::enqueue_in_order(Sequence* seq) {
 
 void Scheduler::remove(Sequence* seq) {
   auto w = std::find(waiting_.begin(), waiting_.end(), seq);
-  if (w != waiting_.end()) waiting_.erase(w);
+  if (w != waiting_.end()) {
+    waiting_.erase(w);
+    for (Sequence* f : seq->forks) enqueue_in_order(f);  // on their own now
+    seq->forks.clear();
+  }
+  for (Sequence* leader : waiting_) {  // a fork not admitted yet
+    auto f = std::find(leader->forks.begin(), leader->forks.end(), seq);
+    if (f != leader->forks.end()) leader->forks.erase(f);
+  }
   auto r = std::find(running_.begin(), running_.end(), seq);
   if (r != running_.end()) {
     running_.erase(r);
     slot_used_[seq->slot] = false;
+    detach_forks(seq, nullptr, nullptr);
   }
   kv_.release(seq->blocks);
   seq->slot = -1;
+  seq->shares = nullptr;
+}
+
+void Scheduler::requeue(Sequence* seq) {
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  slot_used_[seq->slot] = false;
+  seq->slot = -1;
+  kv_.release(seq->blocks);
+  seq->shares = nullptr;
+  seq->num_computed = 0;  // recomputed from scratch (prompt + generated) when readmitted
+  enqueue_in_order(seq);
+}
+
+void Scheduler::detach_forks(Sequence* seq, StepPlan* plan, int* budget) {
+  std::vector<Sequence*> forks;
+  for (Sequence* r : running_)
+    if (r->shares == seq) forks.push_back(r);
+  for (Sequence* f : forks) {
+    if (plan) preempt(f, *plan, *budget);
+    else requeue(f);
+  }
 }
 
 void Scheduler::preempt(Sequence* seq, StepPlan& plan, int& budget) {
@@ -61,15 +98,18 @@ void Scheduler::preempt(Sequence* seq, StepPlan& plan, int& budget) {
       break;
     }
   }
-  running_.erase(std::find(running_.begin(), running_.end(), seq));
-  slot_used_[seq->slot] = false;
-  seq->slot = -1;
-  kv_.release(seq->blocks);
-  seq->num_computed = 0;  // recomputed from scratch (prompt + generated) when readmitted
+  requeue(seq);
   ++seq->preemptions;
   ++preemptions_;
-  enqueue_in_order(seq);
   plan.preempted.push_back(seq);
+  detach_forks(seq, &plan, &budget);
+}
+
+int Scheduler::take_slot() {
+  const int slot =
+      static_cast<int>(std::find(slot_used_.begin(), slot_used_.end(), false) - slot_used_.begin());
+  slot_used_[slot] = true;
+  return slot;
 }
 
 StepPlan Scheduler::plan(int prefill_limit) {
@@ -86,11 +126,23 @@ StepPlan Scheduler::plan(int prefill_limit) {
     return std::find(running_.begin(), running_.end(), s) != running_.end();
   };
 
+  // 0. Forks whose shared prompt prefix has been computed: the shared blocks go in front
+  // of their own, and they continue from there like any prefilling sequence.
+  for (Sequence* s : running_) {
+    if (!s->shares || s->shares->num_computed < s->share_len) continue;
+    std::vector<int32_t> blocks;
+    kv_.share(s->shares->blocks, s->share_len / config_.block_size, blocks);
+    blocks.insert(blocks.end(), s->blocks.begin(), s->blocks.end());
+    s->blocks.swap(blocks);
+    s->num_computed = s->share_len;
+    s->shares = nullptr;
+  }
+
   // 1. One decode row per running sequence whose prompt is done, least recently served
   // first. A decode row may need a new block; if the pool is dry, preempt the youngest.
   std::vector<Sequence*> decode;
   for (Sequence* s : running_)
-    if (s->pending() == 1) decode.push_back(s);
+    if (s->pending() == 1 && !s->shares) decode.push_back(s);
   std::stable_sort(decode.begin(), decode.end(), [](const Sequence* a, const Sequence* b) {
     return a->last_step != b->last_step ? a->last_step < b->last_step : a->order < b->order;
   });
@@ -118,7 +170,7 @@ StepPlan Scheduler::plan(int prefill_limit) {
   // were allocated at admission.
   std::vector<Sequence*> prefill;
   for (Sequence* s : running_)
-    if (s->pending() > 1) prefill.push_back(s);
+    if (s->pending() > 1 && !s->shares) prefill.push_back(s);
   std::sort(prefill.begin(), prefill.end(),
             [](const Sequence* a, const Sequence* b) { return a->order < b->order; });
   for (Sequence* s : prefill) {
@@ -130,26 +182,43 @@ StepPlan Scheduler::plan(int prefill_limit) {
 
   // 3. Admission, strictly in order (the head is never overtaken, so it cannot starve),
   // and not in a step that had to preempt (the pool is full).
-  while (budget > 0 && plan.preempted.empty() && free_slots() > 0 && !waiting_.empty()) {
+  while (budget > 0 && plan.preempted.empty() && !waiting_.empty()) {
     Sequence* s = waiting_.front();
-    const int need = kv_.blocks_for(static_cast<int>(s->tokens.size()));
+    const int group = 1 + static_cast<int>(s->forks.size());
+    if (free_slots() < group) break;
+    const int n = static_cast<int>(s->tokens.size());
+    // Each fork shares the blocks before the one holding the prompt's last position and
+    // gets blocks of its own for the rest.
+    const int shared_blocks = s->forks.empty() ? 0 : (n - 1) / config_.block_size;
+    const int own = kv_.blocks_for(n) - shared_blocks;
+    const int need = kv_.blocks_for(n) + static_cast<int>(s->forks.size()) * own;
     // Blocks the running sequences need for their next token: admitting into those
     // would only force a preemption in the next step.
     int spare = 0;
-    for (const Sequence* r : running_)
-      spare += std::max(0, kv_.blocks_for(static_cast<int>(r->tokens.size()) + 1) -
-                               static_cast<int>(r->blocks.size()));
+    for (const Sequence* r : running_) {
+      const int held =
+          static_cast<int>(r->blocks.size()) + (r->shares ? r->share_len / config_.block_size : 0);
+      spare += std::max(0, kv_.blocks_for(static_cast<int>(r->tokens.size()) + 1) - held);
+    }
     if (!running_.empty() && need + spare > kv_.free()) break;
-    if (!kv_.grow(s->blocks, static_cast<int>(s->tokens.size()))) break;
+    if (need > kv_.free() || !kv_.grow(s->blocks, n)) break;
     waiting_.pop_front();
-    const int slot = static_cast<int>(std::find(slot_used_.begin(), slot_used_.end(), false) -
-                                      slot_used_.begin());
-    slot_used_[slot] = true;
-    s->slot = slot;
+    s->slot = take_slot();
     s->num_computed = 0;
     running_.push_back(s);
     plan.admitted.push_back(s);
     add_chunk(s, std::min(s->pending(), budget));
+    for (Sequence* f : s->forks) {  // rows from a later step on
+      if (!kv_.grow(f->blocks, own * config_.block_size))
+        throw std::logic_error("a fork lacks the blocks counted for it");
+      f->slot = take_slot();
+      f->num_computed = 0;
+      f->share_len = shared_blocks * config_.block_size;
+      f->shares = shared_blocks > 0 ? s : nullptr;
+      running_.push_back(f);
+      plan.admitted.push_back(f);
+    }
+    s->forks.clear();
   }
   return plan;
 }
@@ -163,7 +232,8 @@ void Scheduler::commit(const StepPlan& plan) {
 
 void Scheduler::fill_block_tables(int32_t* tables) const {
   std::vector<const std::vector<int32_t>*> by_slot(config_.table_rows, nullptr);
-  for (const Sequence* s : running_) by_slot[s->slot] = &s->blocks;
+  for (const Sequence* s : running_)
+    if (!s->shares) by_slot[s->slot] = &s->blocks;  // a fork waiting for its prefix: none yet
   ninfer::fill_block_tables(tables, config_.table_rows, config_.blocks_per_seq, by_slot);
 }
 

@@ -12,6 +12,15 @@
 // running sequence is preempted: its blocks are freed and it goes back to the head of the
 // queue with its tokens, to be recomputed (prompt + generated so far) when readmitted.
 // The oldest sequence is never preempted while others run, so it always progresses.
+//
+// A request with n > 1 choices is one sequence with n - 1 `forks`: the group is admitted
+// at once (n slots, and blocks for the prompt plus each fork's own tail). The prompt is
+// prefilled once, by the first sequence; its blocks that hold only positions before the
+// prompt's last token are then shared (reference counts in KvBlocks) with every fork, and
+// each fork recomputes only the rest of the prompt (1 to block_size tokens, into blocks of
+// its own) to get its own first logits. No sequence ever gets rows in a block it shares.
+// A fork that is preempted, or whose first sequence goes away before the prefix is
+// computed, becomes a sequence of its own (recomputed from scratch when readmitted).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +40,12 @@ struct Sequence {
   std::vector<int32_t> blocks;  // KV blocks, position p lives in blocks[p / block_size]
   int64_t last_step = -1;       // last step that gave it rows
   int preemptions = 0;
+  // n > 1, while waiting: the request's other choices, admitted together with this one.
+  std::vector<Sequence*> forks;
+  // A fork while the sequence it shares the prompt prefix with has not computed it yet:
+  // it gets no rows, and `blocks` holds only its own blocks (for positions share_len..).
+  Sequence* shares = nullptr;
+  int share_len = 0;
   int pending() const { return static_cast<int>(tokens.size()) - num_computed; }
 };
 
@@ -62,7 +77,7 @@ class Scheduler {
  public:
   explicit Scheduler(const SchedulerConfig& config);
 
-  // Queues a new sequence (tokens = its prompt, non-empty).
+  // Queues a new sequence (tokens = its prompt, non-empty) and its forks (same tokens).
   void add(Sequence* seq);
   // Drops a sequence wherever it is, freeing its slot and blocks.
   void remove(Sequence* seq);
@@ -86,7 +101,12 @@ class Scheduler {
 
  private:
   void preempt(Sequence* seq, StepPlan& plan, int& budget);
+  // running -> waiting: slot and blocks freed, to be recomputed from scratch.
+  void requeue(Sequence* seq);
+  // Forks still waiting for `seq`'s prompt prefix become sequences of their own.
+  void detach_forks(Sequence* seq, StepPlan* plan, int* budget);
   void enqueue_in_order(Sequence* seq);
+  int take_slot();
 
   SchedulerConfig config_;
   KvBlocks kv_;

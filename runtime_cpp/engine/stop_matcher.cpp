@@ -9,12 +9,13 @@ StopMatcher::StopMatcher(std::vector<std::string> stops) {
     if (!s.empty()) stops_.push_back(std::move(s));
 }
 
-StopMatcher::Result StopMatcher::feed(const std::string& text) {
+StopMatcher::Result StopMatcher::feed(const std::string& text, bool armed) {
   Result r;
   if (stopped_) return r;
   held_ += text;
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  if (armed)
+    for (const auto& s : stops_) first = std::min(first, held_.find(s));
   if (first != std::string::npos) {
     r.text = held_.substr(0, first);
     r.stopped = stopped_ = true;

@@ -14,7 +14,9 @@ class StopMatcher {
     bool stopped = false;
   };
   explicit StopMatcher(std::vector<std::string> stops);
-  Result feed(const std::string& text);
+  // `armed` false: no stop string may end in this text (min_tokens not reached yet); a
+  // suffix that may start one is still held back.
+  Result feed(const std::string& text, bool armed = true);
   Result finish(const std::string& text);  // end of generation: release what is held
   bool stopped() const { return stopped_; }
 

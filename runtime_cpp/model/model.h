@@ -39,7 +39,10 @@ struct StepBatch {
   const int32_t* tokens = nullptr;     // [n]
   const int32_t* positions = nullptr;  // [n] position of each row in its sequence
   const int32_t* slots = nullptr;      // [n] sequence slot, 0..max_concurrency-1
-  // [max_concurrency x blocks_per_seq] block ids of every slot (unused entries: 0).
+  // [max_concurrency x blocks_per_seq] block ids of every slot (unused entries: 0). A
+  // slot lists a block at most once. A block may appear in several slots' tables (the
+  // shared prompt blocks of a request's choices); no row of the step writes into such a
+  // block, so shared blocks are only read.
   const int32_t* block_tables = nullptr;
   int n_logits = 0;                     // rows whose logits are returned, 0..max_concurrency
   const int32_t* logit_rows = nullptr;  // [n_logits] row indices into this step

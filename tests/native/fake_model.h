@@ -3,8 +3,9 @@
 // It keeps a real paged pool: each row stores its token at its position in its slot's
 // blocks, and a row's logits are a hash of the tokens at positions 0..pos read back
 // through the block table. So a request's output is right only if the engine fed the
-// right tokens at the right positions into blocks nobody else owns, whatever the batch,
-// chunking or preemptions did. Every step checks the StepBatch contract of model.h.
+// right tokens at the right positions into blocks nobody else writes, whatever the batch,
+// chunking, preemptions or shared prompt blocks did. Every step checks the StepBatch
+// contract of model.h (a block in several slots' tables is never written).
 //
 // Nothing here sleeps or reads the wall clock: a step's cost is modelled (set_cost) and
 // advances a FakeClock that the engine under test measures with, and a StepGate decides
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -127,17 +129,22 @@ class FakeModel : public Model {
     const ModelInfo& i = info_;
     CHECK(b.n >= 1 && b.n <= i.prefill_chunk);
     CHECK(b.n_logits >= 0 && b.n_logits <= i.max_concurrency);
-    // Slots in use own disjoint blocks.
-    std::set<int32_t> owned;
-    std::set<int> used_slots(b.slots, b.slots + b.n);
-    for (int s : used_slots) {
-      CHECK(s >= 0 && s < i.max_concurrency);
+    // A slot lists a block once; a block may be in several slots' tables (shared: a
+    // request's choices share their prompt's blocks), but then no row writes into it.
+    std::map<int32_t, int> holders;
+    for (int s = 0; s < i.max_concurrency; ++s) {
+      std::set<int32_t> mine;
       for (int j = 0; j < i.blocks_per_seq; ++j) {
         const int32_t blk = b.block_tables[s * i.blocks_per_seq + j];
         CHECK(blk >= 0 && blk < i.kv_blocks);
-        if (blk != 0) CHECK(owned.insert(blk).second);
+        if (blk != 0) {
+          CHECK(mine.insert(blk).second);
+          ++holders[blk];
+        }
       }
     }
+    std::set<int> used_slots(b.slots, b.slots + b.n);
+    for (int s : used_slots) CHECK(s >= 0 && s < i.max_concurrency);
     // Rows of one sequence contiguous, consecutive positions.
     std::set<int> finished_slots;
     for (int r = 0; r < b.n; ++r) {
@@ -149,8 +156,10 @@ class FakeModel : public Model {
       CHECK(b.positions[r] >= 0 && b.positions[r] < i.max_context);
     }
     for (int r = 0; r < b.n; ++r) {
+      CHECK(holders[block_of(b, b.slots[r], b.positions[r])] == 1);  // not a shared block
       Cell& c = cell(b, b.slots[r], b.positions[r]);
       c = {b.tokens[r], b.positions[r]};
+      ++rows_;
     }
     for (int k = 0; k < b.n_logits; ++k) {
       const int r = b.logit_rows[k];
@@ -195,6 +204,7 @@ class FakeModel : public Model {
   }
 
   std::atomic<int> steps_{0};
+  std::atomic<int64_t> rows_{0};  // rows computed, over every step
   std::atomic<int> max_rows_{0};
   int fail_at_step_ = -1;  // >= 0: throw from that step on
 
@@ -202,8 +212,11 @@ class FakeModel : public Model {
   struct Cell {
     int32_t token, pos;
   };
+  int32_t block_of(const StepBatch& b, int slot, int pos) const {
+    return b.block_tables[slot * info_.blocks_per_seq + pos / info_.kv_block_size];
+  }
   Cell& cell(const StepBatch& b, int slot, int pos) {
-    const int32_t blk = b.block_tables[slot * info_.blocks_per_seq + pos / info_.kv_block_size];
+    const int32_t blk = block_of(b, slot, pos);
     CHECK(blk >= 1 && blk < info_.kv_blocks);
     return pool_[static_cast<size_t>(blk) * info_.kv_block_size + pos % info_.kv_block_size];
   }

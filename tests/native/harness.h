@@ -69,6 +69,9 @@ void test_admission();
 void test_slowdown();
 void test_sampling();
 void test_stops();
+void test_fork();
+void test_token_controls();
+void test_logits_processors();
 void print_metrics();
 void write_log(const std::string& path);
 

@@ -3,7 +3,7 @@
 // fake_model.h; built by tests/native/CMakeLists.txt, run by tests/test_scheduler_native.py.
 //
 // usage: test_engine scheduler | invariance | cancel | admission | sampling | slowdown |
-//        stops | metrics | log FILE
+//        stops | fork | token_controls | processors | metrics | log FILE
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -14,9 +14,17 @@
 int main(int argc, char** argv) {
   using namespace ninfer::fake;
   const std::map<std::string, std::function<void()>> cases = {
-      {"scheduler", test_scheduler}, {"invariance", test_invariance}, {"cancel", test_cancel},
-      {"admission", test_admission}, {"sampling", test_sampling},     {"slowdown", test_slowdown},
-      {"stops", test_stops},         {"metrics", print_metrics},
+      {"scheduler", test_scheduler},
+      {"invariance", test_invariance},
+      {"cancel", test_cancel},
+      {"admission", test_admission},
+      {"sampling", test_sampling},
+      {"slowdown", test_slowdown},
+      {"stops", test_stops},
+      {"metrics", print_metrics},
+      {"fork", test_fork},
+      {"token_controls", test_token_controls},
+      {"processors", test_logits_processors},
   };
   const std::string what = argc > 1 ? argv[1] : "";
   if (what == "log" && argc > 2) {
@@ -27,7 +35,7 @@ int main(int argc, char** argv) {
   if (it == cases.end()) {
     std::fprintf(stderr,
                  "usage: test_engine scheduler|invariance|cancel|admission|sampling|slowdown|"
-                 "stops|metrics|log FILE\n");
+                 "stops|fork|token_controls|processors|metrics|log FILE\n");
     return 2;
   }
   it->second();
