@@ -25,6 +25,7 @@ from ninfer.artifact_format import (
     read_manifest,
     write_artifact,
 )
+from ninfer.frontend.generation_config import generation_defaults
 from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.model import FrontendModel
 from ninfer.plan import Plan, weight_format
@@ -56,6 +57,7 @@ def manifest(model: FrontendModel, plan: Plan, target: Target, model_id: str
         "tokenizer": tok.tokenizer_json,
         "chat_format": chat.to_json() if chat is not None else None,
         "eos_token_ids": list(tok.eos_token_ids),
+        "generation_config": generation_defaults(model.checkpoint.generation_config),
         "ninfer_version": __version__,
     }
 

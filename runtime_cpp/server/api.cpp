@@ -1,5 +1,7 @@
 #include "server/api.h"
 
+#include "server/sampling_params.h"
+
 #include <random>
 
 namespace ninfer {
@@ -20,17 +22,6 @@ namespace {
 }
 
 const char* type_name(const json& v) { return v.type_name(); }
-
-double get_number(const json& body, const char* key, double lo, double hi, double dflt) {
-  if (!body.contains(key) || body[key].is_null()) return dflt;
-  const json& v = body[key];
-  if (!v.is_number()) bad(key, std::string("'") + key + "' must be a number, got " + type_name(v));
-  const double x = v.get<double>();
-  if (x < lo || x > hi)
-    bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
-                 std::to_string(hi) + ", got " + std::to_string(x));
-  return x;
-}
 
 int64_t get_int(const json& body, const char* key, int64_t lo, int64_t hi, int64_t dflt) {
   if (!body.contains(key) || body[key].is_null()) return dflt;
@@ -134,13 +125,6 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   int64_t max_tokens = get_int(body, "max_tokens", 1, 1 << 30, -1);
   max_tokens = get_int(body, "max_completion_tokens", 1, 1 << 30, max_tokens);
   r.max_tokens = static_cast<int>(max_tokens);
-  r.sampling.temperature = static_cast<float>(get_number(body, "temperature", 0, 2, 1.0));
-  r.sampling.top_p = static_cast<float>(get_number(body, "top_p", 0, 1, 1.0));
-  if (body.contains("top_p") && r.sampling.top_p <= 0) bad("top_p", "'top_p' must be > 0");
-  r.sampling.top_k = static_cast<int>(get_int(body, "top_k", 0, 1 << 30, 0));
-  if (body.contains("seed") && !body["seed"].is_null())
-    r.seed = static_cast<uint64_t>(get_int(body, "seed", INT64_MIN, INT64_MAX, 0));
-  if (get_int(body, "n", 1, 1, 1) != 1) bad("n", "only n=1 is supported");
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json& s = body["stop"];
     if (s.is_string()) {
@@ -162,6 +146,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   }
   r.return_token_ids = get_bool(body, "return_token_ids", false);
   r.ignore_eos = get_bool(body, "ignore_eos", false);
+  parse_sampling_params(body, chat, vocab_size, r);
   return r;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,6 +43,12 @@ struct CompletionRequest {
   bool return_token_ids = false;  // vLLM extension: prompt_token_ids / token_ids
   bool ignore_eos = false;        // vLLM extension
   bool echo = false;
+  // Sampling (server/sampling_params.cpp).
+  int n = 1;                            // choices
+  int logprobs = -1;                    // >= 0: logprobs with this many top alternatives
+  int min_tokens = 0;                   // vLLM extension
+  std::vector<int32_t> stop_token_ids;  // vLLM extension
+  std::set<std::string> given;          // generation_config fields the request set (not defaulted)
 };
 
 // Parses and validates a request body; throws ApiError (400/404) naming the field.

@@ -25,6 +25,7 @@
 #include "observe/request_log.h"
 #include "server/options.h"
 #include "server/routes.h"
+#include "server/sampling_params.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 
@@ -82,7 +83,12 @@ int run(int argc, char** argv) {
   eo.request_log = request_log.get();
   Engine engine(*model, tokenizer, m.at("eos_token_ids").get<std::vector<int32_t>>(), eo);
 
-  const Routes routes{engine, tokenizer, chat, metrics, m.at("model").at("id").get<std::string>()};
+  const GenerationDefaults defaults =
+      opt.generation_config == "auto"
+          ? GenerationDefaults::from_manifest(m.value("generation_config", nlohmann::json()))
+          : GenerationDefaults{};
+  const Routes routes{engine,  tokenizer, chat, metrics, m.at("model").at("id").get<std::string>(),
+                      defaults};
   httplib::Server http;
   // Every running or waiting request holds an HTTP thread, so the pool must be larger
   // than what may be admitted plus queued; otherwise requests would queue inside
@@ -109,6 +115,9 @@ int run(int argc, char** argv) {
       engine.info().kv_block_size, engine.info().kv_dtype.c_str(),
       opt.max_pending_requests > 0 ? ("up to " + std::to_string(opt.max_pending_requests)).c_str()
                                    : "unbounded");
+  if (!defaults.empty())
+    std::printf("ninfer-server: defaults from generation_config.json: %s\n",
+                defaults.describe().c_str());
   std::printf("ninfer-server listening on http://%s:%d\n", opt.host.c_str(), port);
   std::fflush(stdout);
   std::atomic<bool> listen_done{false};

@@ -29,6 +29,7 @@ const char* const kUsage =
     "                     [--max-decode-slowdown X] [--request-log FILE]\n"
     "                     [--artifact FILE] [--no-verify-checksums]\n"
     "                     [--allow-more-sms] [--no-cuda-graph]\n"
+    "                     [--generation-config auto|ninfer]\n"
     "  --port 0 picks a free port and prints it.\n"
     "  --threads N               CPU: worker threads (default: one per core)\n"
     "  --max-context N           tokens per request, prompt and reply (default and\n"
@@ -46,6 +47,10 @@ const char* const kUsage =
     "  --request-log FILE        append one JSON line per request event\n"
     "  --no-cuda-graph           CUDA: launch every kernel of a step eagerly instead of\n"
     "                            replaying the step's CUDA graph (no effect on the CPU)\n"
+    "  --generation-config auto|ninfer  defaults of the sampling fields a request leaves\n"
+    "                            out: auto (default) takes the checkpoint's\n"
+    "                            generation_config.json (temperature, top_p, top_k, min_p,\n"
+    "                            repetition_penalty, max_new_tokens), ninfer ignores it\n"
     "  GET /metrics serves Prometheus metrics.\n";
 
 Options parse_options(int argc, char** argv) {
@@ -93,7 +98,12 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--no-verify-checksums") o.verify_checksums = false;
     else if (a == "--allow-more-sms") o.allow_more_sms = true;
     else if (a == "--no-cuda-graph") o.cuda_graphs = false;
-    else if (a == "-h" || a == "--help") {
+    else if (a == "--generation-config") {
+      o.generation_config = value(i);
+      if (o.generation_config != "auto" && o.generation_config != "ninfer")
+        throw std::invalid_argument("--generation-config expects auto or ninfer, got '" +
+                                    o.generation_config + "'");
+    } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);
     } else {

@@ -25,6 +25,10 @@ struct Options {
   bool verify_checksums = true;
   bool allow_more_sms = false;
   bool cuda_graphs = true;
+  // "auto": the checkpoint's generation_config.json supplies the defaults of the sampling
+  // fields a request leaves out (vLLM's --generation-config auto); "ninfer": ninfer's own
+  // (OpenAI's) defaults.
+  std::string generation_config = "auto";
 };
 
 extern const char* const kUsage;

@@ -1,5 +1,6 @@
 #include "server/routes.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <ctime>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "server/api.h"
 #include "server/client_watch.h"
+#include "server/logprobs_json.h"
 
 namespace ninfer {
 namespace {
@@ -136,19 +138,74 @@ std::shared_ptr<RequestState> Routes::submit(GenerationRequest g, httplib::Respo
   }
 }
 
+namespace {
+
+// What one choice of a request produced so far.
+struct ChoiceOut {
+  std::string text;
+  std::vector<int32_t> ids;
+  std::vector<TokenLogprob> logprobs;
+  std::string finish_reason;
+  Timings timings;
+  bool first = true;       // streaming: no delta sent yet
+  size_t text_offset = 0;  // completions logprobs: characters sent so far
+};
+
+// A request's usage over its choices: the prompt once, the completion tokens summed.
+Timings request_timings(const std::vector<ChoiceOut>& choices) {
+  Timings t = choices[0].timings;
+  t.predicted_n = 0;
+  for (const ChoiceOut& c : choices) {
+    t.predicted_n += c.timings.predicted_n;
+    t.predicted_ms = std::max(t.predicted_ms, c.timings.predicted_ms);
+  }
+  return t;
+}
+
+}  // namespace
+
+json Routes::logprobs_json(bool chat, const std::vector<TokenLogprob>& lps,
+                           size_t& text_offset) const {
+  return chat ? chat_logprobs_json(tokenizer, lps)
+              : completion_logprobs_json(tokenizer, lps, text_offset);
+}
+
 void Routes::generate(const httplib::Request& req, httplib::Response& res, bool is_chat) const {
   CompletionRequest r =
       parse_completion_request(req.body, is_chat, model_id, engine.info().vocab_size);
+  if (r.n > engine.max_concurrency())
+    throw ApiError(400,
+                   "n = " + std::to_string(r.n) + " is above this server's limit of " +
+                       std::to_string(engine.max_concurrency()) +
+                       " (the choices run at once, one request slot each: --max-concurrency)",
+                   "invalid_request_error", "n");
+  apply_generation_defaults(r, defaults);
   GenerationRequest g;
   g.prompt = prompt_tokens(r);
   if (g.prompt.empty())
     throw ApiError(400, "the prompt is empty after tokenization", "invalid_request_error",
                    is_chat ? "messages" : "prompt");
   g.max_tokens = r.max_tokens;  // -1: the engine fills what the context and pool allow
+  if (r.given.count("max_tokens") == 0 && defaults.max_tokens) {
+    // generation_config's max_new_tokens, within what the context leaves (vLLM).
+    const int room = std::min(engine.max_context(), engine.max_positions() + 1) -
+                     static_cast<int>(g.prompt.size());
+    if (room >= 1) g.max_tokens = std::min(*defaults.max_tokens, room);
+  }
+  if (r.min_tokens > 0 && g.max_tokens >= 0 && r.min_tokens > g.max_tokens)
+    throw ApiError(400,
+                   "'min_tokens' (" + std::to_string(r.min_tokens) + ") is above max_tokens (" +
+                       std::to_string(g.max_tokens) + ")",
+                   "invalid_request_error", "min_tokens");
   g.sampling = r.sampling;
+  // Choice i samples with seed + i (engine/request.h).
   g.seed = r.seed ? *r.seed : std::random_device{}();
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
+  g.n = r.n;
+  g.min_tokens = r.min_tokens;
+  g.stop_token_ids = r.stop_token_ids;
+  g.logprobs = r.logprobs;
   ResponseContext ctx{new_request_id(is_chat), static_cast<int64_t>(std::time(nullptr)), r.model,
                       is_chat};
   g.id = ctx.id;
@@ -169,9 +226,11 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
     return client_gone(res);  // cancelled while queued
   }
 
+  const int n = r.n;
+  const bool with_ids = r.return_token_ids, with_logprobs = r.logprobs >= 0;
   if (!r.stream) {
-    std::string text;
-    std::vector<int32_t> ids;
+    std::vector<ChoiceOut> choices(n);
+    int done = 0;
     for (;;) {
       GenerationEvent ev;
       const bool got = state->next_for(kPollMs, ev);
@@ -181,27 +240,47 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
       }
       if (!got) continue;
       if (ev.kind == GenerationEvent::Kind::kError) throw event_error(ev, res);
+      ChoiceOut& c = choices[ev.index];
       if (ev.kind == GenerationEvent::Kind::kDone) {
-        send_json(res, 200,
-                  completion_response(ctx, text, ev.finish_reason, ev.timings,
-                                      r.return_token_ids ? &state->request.prompt : nullptr,
-                                      r.return_token_ids ? &ids : nullptr));
+        c.finish_reason = ev.finish_reason;
+        c.timings = ev.timings;
+        if (++done < n) continue;
+        const Timings total = request_timings(choices);
+        json out = completion_response(ctx, choices[0].text, choices[0].finish_reason, total,
+                                       with_ids ? &state->request.prompt : nullptr,
+                                       with_ids ? &choices[0].ids : nullptr);
+        json list = json::array();
+        for (int i = 0; i < n; ++i) {
+          ChoiceOut& ci = choices[i];
+          json one = i == 0
+                         ? out["choices"][0]
+                         : completion_response(ctx, ci.text, ci.finish_reason, ci.timings, nullptr,
+                                               with_ids ? &ci.ids : nullptr)["choices"][0];
+          one["index"] = i;
+          if (with_logprobs) one["logprobs"] = logprobs_json(is_chat, ci.logprobs, ci.text_offset);
+          list.push_back(std::move(one));
+        }
+        out["choices"] = std::move(list);
+        send_json(res, 200, out);
         return;
       }
-      text += ev.text;
-      ids.insert(ids.end(), ev.tokens.begin(), ev.tokens.end());
+      c.text += ev.text;
+      c.ids.insert(c.ids.end(), ev.tokens.begin(), ev.tokens.end());
+      c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
     }
   }
-  const bool with_ids = r.return_token_ids, usage = r.include_usage;
+  const bool usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
+  auto choices = std::make_shared<std::vector<ChoiceOut>>(n);
   res.set_chunked_content_provider(
-      "text/event-stream", [state, ctx, with_ids, usage, watch](size_t, httplib::DataSink& sink) {
+      "text/event-stream", [this, state, ctx, with_ids, with_logprobs, usage, watch, choices, n,
+                            is_chat](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line =
               "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
           return sink.write(line.data(), line.size());
         };
-        bool first = true;
+        int done = 0;
         for (;;) {
           GenerationEvent ev;
           const bool got = state->next_for(kPollMs, ev);
@@ -214,28 +293,36 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
             send(error_body(ApiError(500, ev.error, "server_error")));
             break;
           }
+          ChoiceOut& c = (*choices)[ev.index];
           if (ev.kind == GenerationEvent::Kind::kDone) {
+            c.timings = ev.timings;
             json last = stream_chunk(ctx, "", false, ev.finish_reason, nullptr);
+            last["choices"][0]["index"] = ev.index;
             if (usage) last["usage"] = nullptr;
             send(last);
+            if (++done < n) continue;
             if (usage) {
+              const Timings total = request_timings(*choices);
               json u = stream_chunk(ctx, "", false, "", nullptr);
               u["choices"] = json::array();
-              u["usage"] = usage_json(ev.timings);
-              u["timings"] = timings_json(ev.timings);
+              u["usage"] = usage_json(total);
+              u["timings"] = timings_json(total);
               send(u);
             }
             break;
           }
-          json chunk = stream_chunk(ctx, ev.text, first, "", with_ids ? &ev.tokens : nullptr);
-          first = false;
+          json chunk = stream_chunk(ctx, ev.text, c.first, "", with_ids ? &ev.tokens : nullptr);
+          chunk["choices"][0]["index"] = ev.index;
+          if (with_logprobs)
+            chunk["choices"][0]["logprobs"] = logprobs_json(is_chat, ev.logprobs, c.text_offset);
+          c.first = false;
           if (!send(chunk)) {  // client went away: stop generating for it
             state->cancel();
             return false;
           }
         }
-        const std::string done = "data: [DONE]\n\n";
-        sink.write(done.data(), done.size());
+        const std::string done_line = "data: [DONE]\n\n";
+        sink.write(done_line.data(), done_line.size());
         sink.done();
         return true;
       });

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "observe/metrics.h"
 #include "server/api.h"
+#include "server/sampling_params.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 
@@ -40,6 +41,7 @@ struct Routes {
   const ChatFormat& chat;
   Metrics& metrics;
   std::string model_id;
+  GenerationDefaults defaults;  // generation_config.json, for fields a request leaves out
 
   void health(const httplib::Request& req, httplib::Response& res) const;
   void metrics_text(const httplib::Request& req, httplib::Response& res) const;  // Prometheus
@@ -59,6 +61,8 @@ struct Routes {
   std::vector<int32_t> prompt_tokens(const CompletionRequest& r) const;
   std::shared_ptr<RequestState> submit(GenerationRequest g, httplib::Response& res,
                                        bool is_chat) const;
+  nlohmann::json logprobs_json(bool chat, const std::vector<TokenLogprob>& lps,
+                               size_t& text_offset) const;
 };
 
 }  // namespace ninfer
