@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "engine/clock.h"
 #include "engine/stop_matcher.h"
@@ -246,6 +248,10 @@ void Engine::run_step(StepPlan& plan) {
   batch.block_tables = block_tables_.data();
   batch.n_logits = n_logits;
   batch.logit_rows = logit_rows_.data();
+  // Constraints may work out their next mask while the step runs (constraint.h).
+  for (const Chunk& c : plan.chunks)
+    if (c.logits)
+      for (const auto& con : static_cast<Seq&>(*c.seq).state->request.constraints) con->prepare();
   const double t0 = clock_.now_ms();
   try {
     model_.step(batch, logits_.data());
@@ -272,7 +278,7 @@ void Engine::run_step(StepPlan& plan) {
   for (const Chunk& c : plan.chunks) {
     if (!c.logits) continue;
     Seq& s = static_cast<Seq&>(*c.seq);
-    const float* row_logits = logits_.data() + static_cast<size_t>(k++) * info.vocab_size;
+    float* row_logits = logits_.data() + static_cast<size_t>(k++) * info.vocab_size;
     try {
       on_token(s, row_logits, now);  // may finish and destroy s
     } catch (const std::exception& e) {
@@ -281,9 +287,18 @@ void Engine::run_step(StepPlan& plan) {
   }
 }
 
-bool Engine::on_token(Seq& s, const float* logits, double now) {
+bool Engine::on_token(Seq& s, float* logits, double now) {
   const GenerationRequest& req = s.state->request;
-  const int32_t token = s.sampler.sample(logits, model_.info().vocab_size, req.sampling);
+  const int vocab = model_.info().vocab_size;
+  for (const auto& c : req.constraints) c->apply(logits, vocab);
+  if (!req.constraints.empty() &&
+      std::none_of(logits, logits + vocab, [](float x) { return x > -HUGE_VALF; }))
+    throw std::runtime_error("the request's constraints allow no next token");
+  const int32_t token = s.sampler.sample(logits, vocab, req.sampling);
+  for (const auto& c : req.constraints)
+    if (!c->accept(token))
+      throw std::logic_error("a constraint refused the token it allowed (" + std::to_string(token) +
+                             ")");
   ++s.generated;
   if (metrics_) {
     metrics_->add_generation_tokens(1);
@@ -310,7 +325,8 @@ bool Engine::on_token(Seq& s, const float* logits, double now) {
     ev.tokens.swap(s.pending_tokens);
     s.state->push(std::move(ev));
   }
-  if (r.stopped) {
+  if (r.stopped || std::any_of(req.constraints.begin(), req.constraints.end(),
+                               [](const auto& c) { return c->finished(); })) {
     finish(s, "stop", now);
     return true;
   }

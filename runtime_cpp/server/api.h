@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "server/chat_output.h"
 #include "text/chat_format.h"
 
 namespace ninfer {
@@ -42,6 +43,10 @@ struct CompletionRequest {
   bool return_token_ids = false;  // vLLM extension: prompt_token_ids / token_ids
   bool ignore_eos = false;        // vLLM extension
   bool echo = false;
+  nlohmann::json tools;                                            // chat: null or the array
+  nlohmann::json tool_choice;                                      // chat: null, a string or object
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();  // chat
+  OutputRequest output;  // chat: reasoning and tool-call settings (server/chat_output.h)
 };
 
 // Parses and validates a request body; throws ApiError (400/404) naming the field.

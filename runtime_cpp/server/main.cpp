@@ -82,7 +82,12 @@ int run(int argc, char** argv) {
   eo.request_log = request_log.get();
   Engine engine(*model, tokenizer, m.at("eos_token_ids").get<std::vector<int32_t>>(), eo);
 
-  const Routes routes{engine, tokenizer, chat, metrics, m.at("model").at("id").get<std::string>()};
+  const Routes routes{engine,
+                      tokenizer,
+                      chat,
+                      metrics,
+                      m.at("model").at("id").get<std::string>(),
+                      resolve_output(opt, m)};
   httplib::Server http;
   // Every running or waiting request holds an HTTP thread, so the pool must be larger
   // than what may be admitted plus queued; otherwise requests would queue inside

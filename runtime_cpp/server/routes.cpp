@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api.h"
+#include "server/chat_output.h"
 #include "server/client_watch.h"
 
 namespace ninfer {
@@ -101,15 +102,22 @@ void Routes::internal_error(const httplib::Request&, httplib::Response& res,
   send_json(res, 500, error_body(ApiError(500, msg, "server_error")));
 }
 
-std::vector<int32_t> Routes::prompt_tokens(const CompletionRequest& r) const {
+std::vector<int32_t> Routes::prompt_tokens(const CompletionRequest& r,
+                                           std::string* rendered) const {
   if (r.prompt_ids) return *r.prompt_ids;
   if (r.chat) {
     std::string text;
+    const nlohmann::json& thinking =
+        r.chat_template_kwargs.is_object()
+            ? r.chat_template_kwargs.value("enable_thinking", json(true))
+            : json(true);
     try {
-      text = chat.render(r.messages, /*add_generation_prompt=*/true);
+      text = chat.render(r.messages, /*add_generation_prompt=*/true,
+                         !thinking.is_boolean() || thinking.get<bool>());
     } catch (const std::invalid_argument& e) {
       throw ApiError(400, e.what(), "invalid_request_error", "messages");
     }
+    if (rendered) *rendered = text;
     return tokenizer.encode(text, /*add_special_tokens=*/false);
   }
   return tokenizer.encode(r.prompt, /*add_special_tokens=*/true);
@@ -140,7 +148,14 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
   CompletionRequest r =
       parse_completion_request(req.body, is_chat, model_id, engine.info().vocab_size);
   GenerationRequest g;
-  g.prompt = prompt_tokens(r);
+  std::string rendered;
+  g.prompt = prompt_tokens(r, &rendered);
+  // A chat choice's reasoning and tool calls (one ChatOutput per choice).
+  std::shared_ptr<ChatOutput> out;
+  if (is_chat) {
+    out = std::make_shared<ChatOutput>(output, r, rendered, tokenizer);
+    if (auto c = out->constraint()) g.constraints.push_back(c);
+  }
   if (g.prompt.empty())
     throw ApiError(400, "the prompt is empty after tokenization", "invalid_request_error",
                    is_chat ? "messages" : "prompt");
@@ -182,63 +197,96 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
       if (!got) continue;
       if (ev.kind == GenerationEvent::Kind::kError) throw event_error(ev, res);
       if (ev.kind == GenerationEvent::Kind::kDone) {
-        send_json(res, 200,
-                  completion_response(ctx, text, ev.finish_reason, ev.timings,
-                                      r.return_token_ids ? &state->request.prompt : nullptr,
-                                      r.return_token_ids ? &ids : nullptr));
+        json body = completion_response(ctx, text, ev.finish_reason, ev.timings,
+                                        r.return_token_ids ? &state->request.prompt : nullptr,
+                                        r.return_token_ids ? &ids : nullptr);
+        if (out) {
+          out->on_done();
+          json& choice = body["choices"][0];
+          choice["message"] = out->message();
+          choice["finish_reason"] = out->finish_reason(ev.finish_reason);
+          out->add_usage(body["usage"]);
+        }
+        send_json(res, 200, body);
         return;
       }
       text += ev.text;
       ids.insert(ids.end(), ev.tokens.begin(), ev.tokens.end());
+      if (out) out->on_text(ev.text, ev.tokens);
     }
   }
   const bool with_ids = r.return_token_ids, usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [state, ctx, with_ids, usage, watch](size_t, httplib::DataSink& sink) {
-        auto send = [&](const json& j) {
-          const std::string line =
-              "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-          return sink.write(line.data(), line.size());
-        };
-        bool first = true;
-        for (;;) {
-          GenerationEvent ev;
-          const bool got = state->next_for(kPollMs, ev);
-          if (watch->gone()) {  // client went away: stop generating for it
-            state->cancel();
-            return false;
-          }
-          if (!got) continue;
-          if (ev.kind == GenerationEvent::Kind::kError) {
-            send(error_body(ApiError(500, ev.error, "server_error")));
-            break;
-          }
-          if (ev.kind == GenerationEvent::Kind::kDone) {
-            json last = stream_chunk(ctx, "", false, ev.finish_reason, nullptr);
-            if (usage) last["usage"] = nullptr;
-            send(last);
-            if (usage) {
-              json u = stream_chunk(ctx, "", false, "", nullptr);
-              u["choices"] = json::array();
-              u["usage"] = usage_json(ev.timings);
-              u["timings"] = timings_json(ev.timings);
-              send(u);
-            }
-            break;
-          }
-          json chunk = stream_chunk(ctx, ev.text, first, "", with_ids ? &ev.tokens : nullptr);
-          first = false;
-          if (!send(chunk)) {  // client went away: stop generating for it
-            state->cancel();
-            return false;
-          }
+  res.set_chunked_content_provider("text/event-stream", [state, ctx, with_ids, usage, watch, out](
+                                                            size_t, httplib::DataSink& sink) {
+    auto send = [&](const json& j) {
+      const std::string line =
+          "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+      return sink.write(line.data(), line.size());
+    };
+    bool first = true;
+    // A chat choice's parsed deltas, one chunk each (the first keeps role); none while
+    // the parser holds text back, unless the chunk must carry token ids.
+    auto send_deltas = [&](std::vector<json> deltas, const std::vector<int32_t>* ids) {
+      if (deltas.empty() && ids) deltas.push_back(json::object());
+      for (size_t i = 0; i < deltas.size(); ++i) {
+        json chunk = stream_chunk(ctx, "", first, "", i == 0 ? ids : nullptr);
+        json& delta = chunk["choices"][0]["delta"];
+        delta.erase("content");
+        delta.update(deltas[i]);
+        first = false;
+        if (!send(chunk)) {  // client went away: stop generating for it
+          state->cancel();
+          return false;
         }
-        const std::string done = "data: [DONE]\n\n";
-        sink.write(done.data(), done.size());
-        sink.done();
-        return true;
-      });
+      }
+      return true;
+    };
+    for (;;) {
+      GenerationEvent ev;
+      const bool got = state->next_for(kPollMs, ev);
+      if (watch->gone()) {  // client went away: stop generating for it
+        state->cancel();
+        return false;
+      }
+      if (!got) continue;
+      if (ev.kind == GenerationEvent::Kind::kError) {
+        send(error_body(ApiError(500, ev.error, "server_error")));
+        break;
+      }
+      if (ev.kind == GenerationEvent::Kind::kDone) {
+        if (out && !send_deltas(out->on_done(), nullptr)) return false;
+        json last = stream_chunk(
+            ctx, "", false, out ? out->finish_reason(ev.finish_reason) : ev.finish_reason, nullptr);
+        if (usage) last["usage"] = nullptr;
+        send(last);
+        if (usage) {
+          json u = stream_chunk(ctx, "", false, "", nullptr);
+          u["choices"] = json::array();
+          u["usage"] = usage_json(ev.timings);
+          if (out) out->add_usage(u["usage"]);
+          u["timings"] = timings_json(ev.timings);
+          send(u);
+        }
+        break;
+      }
+      if (out) {
+        if (!send_deltas(out->on_text(ev.text, ev.tokens), with_ids ? &ev.tokens : nullptr))
+          return false;
+        continue;
+      }
+      json chunk = stream_chunk(ctx, ev.text, first, "", with_ids ? &ev.tokens : nullptr);
+      first = false;
+      if (!send(chunk)) {  // client went away: stop generating for it
+        state->cancel();
+        return false;
+      }
+    }
+    const std::string done = "data: [DONE]\n\n";
+    sink.write(done.data(), done.size());
+    sink.done();
+    return true;
+  });
 }
 
 }  // namespace ninfer

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "observe/metrics.h"
 #include "server/api.h"
+#include "server/output_parser.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 
@@ -40,6 +41,7 @@ struct Routes {
   const ChatFormat& chat;
   Metrics& metrics;
   std::string model_id;
+  OutputConfig output;  // reasoning and tool-call parsers (server/chat_output.h)
 
   void health(const httplib::Request& req, httplib::Response& res) const;
   void metrics_text(const httplib::Request& req, httplib::Response& res) const;  // Prometheus
@@ -56,7 +58,9 @@ struct Routes {
   // /v1/completions and /v1/chat/completions: one request through the engine, answered
   // at once or streamed as server-sent events.
   void generate(const httplib::Request& req, httplib::Response& res, bool is_chat) const;
-  std::vector<int32_t> prompt_tokens(const CompletionRequest& r) const;
+  // `rendered`, if given, receives the chat prompt's text (the output parsers read its tail).
+  std::vector<int32_t> prompt_tokens(const CompletionRequest& r,
+                                     std::string* rendered = nullptr) const;
   std::shared_ptr<RequestState> submit(GenerationRequest g, httplib::Response& res,
                                        bool is_chat) const;
 };
