@@ -3,7 +3,8 @@ code, for a plan (the file format itself: ninfer.artifact_format).
 
 Weights are written in the plan's formats: float32, or packed once by
 ninfer.quantize.weight_formats when their first part is written. The manifest records the
-model, the target, the compiled serve limits, the tokenizer and the chat format; the
+model, the target, the compiled serve limits, the tokenizer, the chat format and the
+output parsers chosen from the chat template (reasoning, tool calls); the
 server refuses an artifact whose target or limits are not its own. Needs no TVM.
 """
 
@@ -28,6 +29,7 @@ from ninfer.artifact_format import (
 from ninfer.frontend.generation_config import generation_defaults
 from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.model import FrontendModel
+from ninfer.frontend.output_formats import detect_output_parsers
 from ninfer.plan import Plan, weight_format
 from ninfer.quantize.weight_formats import pack, part_layout
 from ninfer.targets import Target
@@ -56,6 +58,7 @@ def manifest(model: FrontendModel, plan: Plan, target: Target, model_id: str
         "weights": plan.to_json()["weights"],
         "tokenizer": tok.tokenizer_json,
         "chat_format": chat.to_json() if chat is not None else None,
+        "output_parsers": detect_output_parsers(tok.chat_template).to_json(),
         "eos_token_ids": list(tok.eos_token_ids),
         "generation_config": generation_defaults(model.checkpoint.generation_config),
         "ninfer_version": __version__,

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "engine/clock.h"
 #include "engine/stop_matcher.h"

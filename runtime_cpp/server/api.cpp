@@ -97,6 +97,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
       if (role == "developer") role = "system";
       r.messages.push_back({role, message_content(m, i)});
     }
+    parse_output_request(body, r);
   } else {
     if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
     const json& p = body["prompt"];

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "server/chat_output.h"
 #include "text/chat_format.h"
 
 namespace ninfer {
@@ -49,6 +50,10 @@ struct CompletionRequest {
   int min_tokens = 0;                   // vLLM extension
   std::vector<int32_t> stop_token_ids;  // vLLM extension
   std::set<std::string> given;          // generation_config fields the request set (not defaulted)
+  nlohmann::json tools;                                            // chat: null or the array
+  nlohmann::json tool_choice;                                      // chat: null, a string or object
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();  // chat
+  OutputRequest output;  // chat: reasoning and tool-call settings (server/chat_output.h)
 };
 
 // Parses and validates a request body; throws ApiError (400/404) naming the field.

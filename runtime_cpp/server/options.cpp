@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace ninfer {
 namespace {
 
@@ -30,6 +32,8 @@ const char* const kUsage =
     "                     [--artifact FILE] [--no-verify-checksums]\n"
     "                     [--allow-more-sms] [--no-cuda-graph]\n"
     "                     [--generation-config auto|ninfer]\n"
+    "                     [--reasoning-parser NAME] [--tool-call-parser NAME]\n"
+    "                     [--reasoning-budget N]\n"
     "  --port 0 picks a free port and prints it.\n"
     "  --threads N               CPU: worker threads (default: one per core)\n"
     "  --max-context N           tokens per request, prompt and reply (default and\n"
@@ -51,6 +55,13 @@ const char* const kUsage =
     "                            out: auto (default) takes the checkpoint's\n"
     "                            generation_config.json (temperature, top_p, top_k, min_p,\n"
     "                            repetition_penalty, max_new_tokens), ninfer ignores it\n"
+    "  --reasoning-parser auto|none|think\n"
+    "                            how reasoning is split off the answer (default auto: as\n"
+    "                            the compiler chose from the chat template)\n"
+    "  --tool-call-parser auto|none|hermes|qwen3_coder|llama3_json\n"
+    "                            how tool calls are parsed from the output (default auto)\n"
+    "  --reasoning-budget N      close the reasoning block after N tokens unless a request\n"
+    "                            sets thinking_budget (default -1 = unlimited)\n"
     "  GET /metrics serves Prometheus metrics.\n";
 
 Options parse_options(int argc, char** argv) {
@@ -82,6 +93,26 @@ Options parse_options(int argc, char** argv) {
                                   "'");
     return x;
   };
+  auto parser_name = [&](int& i, bool reasoning) {
+    const std::string flag = argv[i], v = value(i);
+    if (v == "auto") return v;
+    try {
+      if (reasoning) parse_reasoning_format(v);
+      else parse_tool_call_format(v);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(flag + ": " + e.what() + ", or auto");
+    }
+    return v;
+  };
+  auto budget = [&](int& i) {
+    const std::string v = value(i);
+    char* end = nullptr;
+    const long x = std::strtol(v.c_str(), &end, 10);
+    if (*end || v.empty() || x < -1 || x > INT_MAX)
+      throw std::invalid_argument(
+          "--reasoning-budget expects -1 (unlimited) or a token count, got '" + v + "'");
+    return static_cast<int>(x);
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--host") o.host = value(i);
@@ -103,7 +134,10 @@ Options parse_options(int argc, char** argv) {
       if (o.generation_config != "auto" && o.generation_config != "ninfer")
         throw std::invalid_argument("--generation-config expects auto or ninfer, got '" +
                                     o.generation_config + "'");
-    } else if (a == "-h" || a == "--help") {
+    } else if (a == "--reasoning-parser") o.reasoning_parser = parser_name(i, true);
+    else if (a == "--tool-call-parser") o.tool_call_parser = parser_name(i, false);
+    else if (a == "--reasoning-budget") o.reasoning_budget = budget(i);
+    else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);
     } else {
@@ -134,6 +168,29 @@ EngineOptions resolve(const Options& o, const ModelInfo& compiled) {
   eo.pending_timeout_ms = o.pending_timeout_ms;
   eo.max_decode_slowdown = o.max_decode_slowdown;
   return eo;
+}
+
+OutputConfig resolve_output(const Options& o, const nlohmann::json& manifest) {
+  const nlohmann::json none = nlohmann::json::object();
+  const nlohmann::json& chosen =
+      manifest.contains("output_parsers") && manifest["output_parsers"].is_object()
+          ? manifest["output_parsers"]
+          : none;
+  auto pick = [&](const std::string& flag_value, const char* key) {
+    if (flag_value != "auto") return flag_value;
+    return chosen.contains(key) && chosen[key].is_string() ? chosen[key].get<std::string>()
+                                                           : std::string("none");
+  };
+  OutputConfig c;
+  try {
+    c.parsers.reasoning = parse_reasoning_format(pick(o.reasoning_parser, "reasoning"));
+    c.parsers.tool_calls = parse_tool_call_format(pick(o.tool_call_parser, "tool_calls"));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("the artifact's output_parsers: ") + e.what() +
+                                "; pass --reasoning-parser / --tool-call-parser");
+  }
+  c.reasoning_budget = o.reasoning_budget;
+  return c;
 }
 
 std::string artifact_path(const Options& o, const char* argv0) {

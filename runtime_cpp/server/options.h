@@ -5,8 +5,11 @@
 
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/output_parser.h"
 
 namespace ninfer {
 
@@ -29,6 +32,9 @@ struct Options {
   // fields a request leaves out (vLLM's --generation-config auto); "ninfer": ninfer's own
   // (OpenAI's) defaults.
   std::string generation_config = "auto";
+  std::string reasoning_parser = "auto";  // auto: the manifest's "output_parsers"
+  std::string tool_call_parser = "auto";
+  int reasoning_budget = -1;  // tokens of reasoning per request; -1 unlimited
 };
 
 extern const char* const kUsage;
@@ -41,6 +47,11 @@ Options parse_options(int argc, char** argv);
 // how to recompile or what to pass instead) and returns the engine's options, every
 // limit resolved to a number. Metrics and the request log are left for the caller.
 EngineOptions resolve(const Options& options, const ModelInfo& compiled);
+
+// The output parsers: --reasoning-parser / --tool-call-parser, or with "auto" what the
+// compiler chose from the chat template (the manifest's "output_parsers"; none when the
+// artifact has no such key); and the default thinking budget.
+OutputConfig resolve_output(const Options& options, const nlohmann::json& manifest);
 
 // --artifact, or model.ninfer in the directory of the running binary.
 std::string artifact_path(const Options& options, const char* argv0);

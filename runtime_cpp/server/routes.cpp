@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api.h"
+#include "server/chat_output.h"
 #include "server/client_watch.h"
 #include "server/logprobs_json.h"
 
@@ -103,15 +104,22 @@ void Routes::internal_error(const httplib::Request&, httplib::Response& res,
   send_json(res, 500, error_body(ApiError(500, msg, "server_error")));
 }
 
-std::vector<int32_t> Routes::prompt_tokens(const CompletionRequest& r) const {
+std::vector<int32_t> Routes::prompt_tokens(const CompletionRequest& r,
+                                           std::string* rendered) const {
   if (r.prompt_ids) return *r.prompt_ids;
   if (r.chat) {
     std::string text;
+    const nlohmann::json& thinking =
+        r.chat_template_kwargs.is_object()
+            ? r.chat_template_kwargs.value("enable_thinking", json(true))
+            : json(true);
     try {
-      text = chat.render(r.messages, /*add_generation_prompt=*/true);
+      text = chat.render(r.messages, /*add_generation_prompt=*/true,
+                         !thinking.is_boolean() || thinking.get<bool>());
     } catch (const std::invalid_argument& e) {
       throw ApiError(400, e.what(), "invalid_request_error", "messages");
     }
+    if (rendered) *rendered = text;
     return tokenizer.encode(text, /*add_special_tokens=*/false);
   }
   return tokenizer.encode(r.prompt, /*add_special_tokens=*/true);
@@ -147,8 +155,9 @@ struct ChoiceOut {
   std::vector<TokenLogprob> logprobs;
   std::string finish_reason;
   Timings timings;
-  bool first = true;       // streaming: no delta sent yet
-  size_t text_offset = 0;  // completions logprobs: characters sent so far
+  bool first = true;                // streaming: no delta sent yet
+  size_t text_offset = 0;           // completions logprobs: characters sent so far
+  std::shared_ptr<ChatOutput> out;  // chat: the choice's reasoning and tool calls
 };
 
 // A request's usage over its choices: the prompt once, the completion tokens summed.
@@ -160,6 +169,22 @@ Timings request_timings(const std::vector<ChoiceOut>& choices) {
     t.predicted_ms = std::max(t.predicted_ms, c.timings.predicted_ms);
   }
   return t;
+}
+
+// Adds the choices' reasoning tokens (completion_tokens_details) to a chat usage object.
+void add_chat_usage(const std::vector<ChoiceOut>& choices, json& usage) {
+  if (choices.empty() || !choices[0].out) return;
+  int reasoning = 0;
+  bool any = false;
+  for (const ChoiceOut& c : choices) {
+    json one = usage;
+    c.out->add_usage(one);
+    if (one.contains("completion_tokens_details")) {
+      any = true;
+      reasoning += one["completion_tokens_details"].value("reasoning_tokens", 0);
+    }
+  }
+  if (any) usage["completion_tokens_details"] = {{"reasoning_tokens", reasoning}};
 }
 
 }  // namespace
@@ -181,7 +206,21 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
                    "invalid_request_error", "n");
   apply_generation_defaults(r, defaults);
   GenerationRequest g;
-  g.prompt = prompt_tokens(r);
+  std::string rendered;
+  g.prompt = prompt_tokens(r, &rendered);
+  // Each chat choice parses its own reasoning and tool calls (one ChatOutput per choice).
+  const int n = r.n;
+  auto choices_ptr = std::make_shared<std::vector<ChoiceOut>>(n);
+  if (is_chat) {
+    for (ChoiceOut& c : *choices_ptr)
+      c.out = std::make_shared<ChatOutput>(output, r, rendered, tokenizer);
+    if (auto c = (*choices_ptr)[0].out->constraint()) g.constraints.push_back(c);
+  }
+  if (n > 1 && !g.constraints.empty())
+    throw ApiError(400,
+                   "n > 1 cannot be combined with a thinking budget or structured output yet "
+                   "(their state is per choice)",
+                   "invalid_request_error", "n");
   if (g.prompt.empty())
     throw ApiError(400, "the prompt is empty after tokenization", "invalid_request_error",
                    is_chat ? "messages" : "prompt");
@@ -226,10 +265,9 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
     return client_gone(res);  // cancelled while queued
   }
 
-  const int n = r.n;
   const bool with_ids = r.return_token_ids, with_logprobs = r.logprobs >= 0;
   if (!r.stream) {
-    std::vector<ChoiceOut> choices(n);
+    std::vector<ChoiceOut>& choices = *choices_ptr;
     int done = 0;
     for (;;) {
       GenerationEvent ev;
@@ -258,74 +296,114 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
                                                with_ids ? &ci.ids : nullptr)["choices"][0];
           one["index"] = i;
           if (with_logprobs) one["logprobs"] = logprobs_json(is_chat, ci.logprobs, ci.text_offset);
+          if (ci.out) {
+            ci.out->on_done();
+            one["message"] = ci.out->message();
+            one["finish_reason"] = ci.out->finish_reason(ci.finish_reason);
+          }
           list.push_back(std::move(one));
         }
         out["choices"] = std::move(list);
+        add_chat_usage(*choices_ptr, out["usage"]);
         send_json(res, 200, out);
         return;
       }
       c.text += ev.text;
       c.ids.insert(c.ids.end(), ev.tokens.begin(), ev.tokens.end());
       c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+      if (c.out) c.out->on_text(ev.text, ev.tokens);
     }
   }
   const bool usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
-  auto choices = std::make_shared<std::vector<ChoiceOut>>(n);
-  res.set_chunked_content_provider(
-      "text/event-stream", [this, state, ctx, with_ids, with_logprobs, usage, watch, choices, n,
-                            is_chat](size_t, httplib::DataSink& sink) {
-        auto send = [&](const json& j) {
-          const std::string line =
-              "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-          return sink.write(line.data(), line.size());
-        };
-        int done = 0;
-        for (;;) {
-          GenerationEvent ev;
-          const bool got = state->next_for(kPollMs, ev);
-          if (watch->gone()) {  // client went away: stop generating for it
-            state->cancel();
-            return false;
-          }
-          if (!got) continue;
-          if (ev.kind == GenerationEvent::Kind::kError) {
-            send(error_body(ApiError(500, ev.error, "server_error")));
-            break;
-          }
-          ChoiceOut& c = (*choices)[ev.index];
-          if (ev.kind == GenerationEvent::Kind::kDone) {
-            c.timings = ev.timings;
-            json last = stream_chunk(ctx, "", false, ev.finish_reason, nullptr);
-            last["choices"][0]["index"] = ev.index;
-            if (usage) last["usage"] = nullptr;
-            send(last);
-            if (++done < n) continue;
-            if (usage) {
-              const Timings total = request_timings(*choices);
-              json u = stream_chunk(ctx, "", false, "", nullptr);
-              u["choices"] = json::array();
-              u["usage"] = usage_json(total);
-              u["timings"] = timings_json(total);
-              send(u);
-            }
-            break;
-          }
-          json chunk = stream_chunk(ctx, ev.text, c.first, "", with_ids ? &ev.tokens : nullptr);
-          chunk["choices"][0]["index"] = ev.index;
-          if (with_logprobs)
-            chunk["choices"][0]["logprobs"] = logprobs_json(is_chat, ev.logprobs, c.text_offset);
-          c.first = false;
-          if (!send(chunk)) {  // client went away: stop generating for it
-            state->cancel();
-            return false;
-          }
+  auto choices = choices_ptr;
+  res.set_chunked_content_provider("text/event-stream", [this, state, ctx, with_ids, with_logprobs,
+                                                         usage, watch, choices, n,
+                                                         is_chat](size_t, httplib::DataSink& sink) {
+    auto send = [&](const json& j) {
+      const std::string line =
+          "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+      return sink.write(line.data(), line.size());
+    };
+    // A chat choice's parsed deltas, one chunk each (the first keeps role); none while
+    // the parser holds text back, unless the chunk must carry token ids or logprobs.
+    auto send_deltas = [&](ChoiceOut& c, int index, std::vector<json> deltas,
+                           const std::vector<int32_t>* ids,
+                           const std::vector<TokenLogprob>* lps = nullptr) {
+      if (deltas.empty() && (ids || (lps && !lps->empty()))) deltas.push_back(json::object());
+      for (size_t i = 0; i < deltas.size(); ++i) {
+        json chunk = stream_chunk(ctx, "", c.first, "", i == 0 ? ids : nullptr);
+        json& choice = chunk["choices"][0];
+        choice["index"] = index;
+        if (i == 0 && lps && with_logprobs)
+          choice["logprobs"] = logprobs_json(is_chat, *lps, c.text_offset);
+        json& delta = choice["delta"];
+        delta.erase("content");
+        delta.update(deltas[i]);
+        c.first = false;
+        if (!send(chunk)) {  // client went away: stop generating for it
+          state->cancel();
+          return false;
         }
-        const std::string done_line = "data: [DONE]\n\n";
-        sink.write(done_line.data(), done_line.size());
-        sink.done();
-        return true;
-      });
+      }
+      return true;
+    };
+    int done = 0;
+    for (;;) {
+      GenerationEvent ev;
+      const bool got = state->next_for(kPollMs, ev);
+      if (watch->gone()) {  // client went away: stop generating for it
+        state->cancel();
+        return false;
+      }
+      if (!got) continue;
+      if (ev.kind == GenerationEvent::Kind::kError) {
+        send(error_body(ApiError(500, ev.error, "server_error")));
+        break;
+      }
+      ChoiceOut& c = (*choices)[ev.index];
+      if (ev.kind == GenerationEvent::Kind::kDone) {
+        c.timings = ev.timings;
+        if (c.out && !send_deltas(c, ev.index, c.out->on_done(), nullptr)) return false;
+        json last = stream_chunk(ctx, "", false,
+                                 c.out ? c.out->finish_reason(ev.finish_reason) : ev.finish_reason,
+                                 nullptr);
+        last["choices"][0]["index"] = ev.index;
+        if (usage) last["usage"] = nullptr;
+        send(last);
+        if (++done < n) continue;
+        if (usage) {
+          const Timings total = request_timings(*choices);
+          json u = stream_chunk(ctx, "", false, "", nullptr);
+          u["choices"] = json::array();
+          u["usage"] = usage_json(total);
+          add_chat_usage(*choices, u["usage"]);
+          u["timings"] = timings_json(total);
+          send(u);
+        }
+        break;
+      }
+      if (c.out) {
+        if (!send_deltas(c, ev.index, c.out->on_text(ev.text, ev.tokens),
+                         with_ids ? &ev.tokens : nullptr, &ev.logprobs))
+          return false;
+        continue;
+      }
+      json chunk = stream_chunk(ctx, ev.text, c.first, "", with_ids ? &ev.tokens : nullptr);
+      chunk["choices"][0]["index"] = ev.index;
+      if (with_logprobs)
+        chunk["choices"][0]["logprobs"] = logprobs_json(is_chat, ev.logprobs, c.text_offset);
+      c.first = false;
+      if (!send(chunk)) {  // client went away: stop generating for it
+        state->cancel();
+        return false;
+      }
+    }
+    const std::string done_line = "data: [DONE]\n\n";
+    sink.write(done_line.data(), done_line.size());
+    sink.done();
+    return true;
+  });
 }
 
 }  // namespace ninfer

@@ -23,6 +23,7 @@
 #include "observe/metrics.h"
 #include "server/api.h"
 #include "server/sampling_params.h"
+#include "server/output_parser.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 
@@ -42,6 +43,7 @@ struct Routes {
   Metrics& metrics;
   std::string model_id;
   GenerationDefaults defaults;  // generation_config.json, for fields a request leaves out
+  OutputConfig output;  // reasoning and tool-call parsers (server/chat_output.h)
 
   void health(const httplib::Request& req, httplib::Response& res) const;
   void metrics_text(const httplib::Request& req, httplib::Response& res) const;  // Prometheus
@@ -58,7 +60,9 @@ struct Routes {
   // /v1/completions and /v1/chat/completions: one request through the engine, answered
   // at once or streamed as server-sent events.
   void generate(const httplib::Request& req, httplib::Response& res, bool is_chat) const;
-  std::vector<int32_t> prompt_tokens(const CompletionRequest& r) const;
+  // `rendered`, if given, receives the chat prompt's text (the output parsers read its tail).
+  std::vector<int32_t> prompt_tokens(const CompletionRequest& r,
+                                     std::string* rendered = nullptr) const;
   std::shared_ptr<RequestState> submit(GenerationRequest g, httplib::Response& res,
                                        bool is_chat) const;
   nlohmann::json logprobs_json(bool chat, const std::vector<TokenLogprob>& lps,

@@ -208,18 +208,21 @@ class FakeModel : public Model {
   std::atomic<int> max_rows_{0};
   int fail_at_step_ = -1;  // >= 0: throw from that step on
 
- private:
+ protected:
   struct Cell {
     int32_t token, pos;
   };
   int32_t block_of(const StepBatch& b, int slot, int pos) const {
     return b.block_tables[slot * info_.blocks_per_seq + pos / info_.kv_block_size];
   }
+  // The token that `slot` stored at `pos` (read back through the block table).
   Cell& cell(const StepBatch& b, int slot, int pos) {
     const int32_t blk = block_of(b, slot, pos);
     CHECK(blk >= 1 && blk < info_.kv_blocks);
     return pool_[static_cast<size_t>(blk) * info_.kv_block_size + pos % info_.kv_block_size];
   }
+
+ private:
   ModelInfo info_;
   FakeClock* clock_ = nullptr;
   double step_ms_ = 0, extra_row_ms_ = 0;
