@@ -161,3 +161,39 @@ def test_unknown_route_is_json_404(qwen3_server):
 
 def test_health(qwen3_server):
     assert qwen3_server.client.get("/health").json() == {"status": "ok"}
+
+
+LONG_PROMPT = "Once upon a time there was a little model that counted " * 4  # > 1 KV block
+
+
+def test_n_choices_equal_seeded_single_requests(client):
+    """n choices share the prompt's prefill and blocks, and choice i is the request seeded
+    seed + i (the CPU kernels are batch invariant)."""
+    kw = dict(model="qwen3-tiny", prompt=LONG_PROMPT, max_tokens=8, temperature=1.0,
+              extra_body={"ignore_eos": True, "return_token_ids": True})
+    singles = [client.completions.create(seed=30 + i, **kw).choices[0].model_extra["token_ids"]
+               for i in range(3)]
+    r = client.completions.create(seed=30, n=3, **kw)
+    assert [c.model_extra["token_ids"] for c in r.choices] == singles
+    assert r.usage.completion_tokens == 24
+    assert len(set(map(tuple, singles))) > 1
+
+
+def test_logprobs_are_the_models(client, qwen3_model):
+    """logprobs equal the log-softmax of the model's logits (computed by the model's Python
+    module), also when a penalty changes the picks."""
+    import numpy as np
+
+    r = client.chat.completions.create(
+        model="qwen3-tiny", messages=[{"role": "user", "content": "Count: 1 2 3"}],
+        max_tokens=5, temperature=0, logprobs=True, top_logprobs=3, frequency_penalty=1.5,
+        extra_body={"ignore_eos": True, "return_token_ids": True})
+    prompt = r.model_extra["prompt_token_ids"]
+    tokens = r.choices[0].model_extra["token_ids"]
+    engine = qwen3_model.engine()
+    for i, entry in enumerate(r.choices[0].logprobs.content):
+        logits = np.asarray(engine.forward(prompt + tokens[:i]), dtype=np.float64)
+        lsm = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+        assert abs(entry.logprob - lsm[tokens[i]]) < 1e-4
+        assert [abs(t.logprob - v) < 1e-4 for t, v in
+                zip(entry.top_logprobs, np.sort(lsm)[::-1][:3])] == [True] * 3

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -143,6 +144,8 @@ std::shared_ptr<RequestState> Routes::submit(GenerationRequest g, httplib::Respo
         throw ApiError(503, e.what(), "server_error", "", "shutting_down");
     }
     throw;
+  } catch (const std::invalid_argument& e) {  // e.g. n > 1 with constraints (admission.cpp)
+    throw ApiError(400, e.what(), "invalid_request_error");
   }
 }
 
