@@ -370,6 +370,7 @@ void Engine::finish(Seq& s, const std::string& reason, double now) {
   GenerationEvent done;
   done.kind = GenerationEvent::Kind::kDone;
   done.finish_reason = reason;
+  if (reason == "stop" && s.stops.stopped()) done.stop_sequence = s.stops.matched();
   done.timings = t;
   s.state->push(std::move(done));
   drop(s);

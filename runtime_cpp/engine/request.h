@@ -40,6 +40,7 @@ struct GenerationEvent {
   std::string text;             // kText: the new text (complete UTF-8)
   std::vector<int32_t> tokens;  // kText: tokens this delta completes
   std::string finish_reason;    // kDone: "stop" | "length" | "cancelled"
+  std::string stop_sequence;    // kDone with "stop": the stop string that matched, if any
   std::string error;            // kError
   std::string error_code;       // kError: "pending_timeout" (never admitted in time) or ""
   Timings timings;              // kDone
