@@ -45,8 +45,20 @@ struct CompletionRequest {
 };
 
 // Parses and validates a request body; throws ApiError (400/404) naming the field.
+// `served_models`: the names a request may ask for (--served-model-name); responses carry
+// the first.
 CompletionRequest parse_completion_request(const std::string& body, bool chat,
-                                           const std::string& served_model, int vocab_size);
+                                           const std::vector<std::string>& served_models,
+                                           int vocab_size);
+CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat,
+                                           const std::vector<std::string>& served_models,
+                                           int vocab_size);
+// The served name a body's `model` asks for (the first name when it names none); 404
+// model_not_found for a name this server does not serve.
+std::string requested_model(const nlohmann::json& body,
+                            const std::vector<std::string>& served_models);
+// The body of a request as a JSON object; 400 if it is not one.
+nlohmann::json parse_body(const std::string& body);
 
 struct ResponseContext {
   std::string id;

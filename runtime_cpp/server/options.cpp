@@ -29,6 +29,7 @@ const char* const kUsage =
     "                     [--max-decode-slowdown X] [--request-log FILE]\n"
     "                     [--artifact FILE] [--no-verify-checksums]\n"
     "                     [--allow-more-sms] [--no-cuda-graph]\n"
+    "                     [--served-model-name NAME [NAME ...]] [--api-key KEY]\n"
     "  --port 0 picks a free port and prints it.\n"
     "  --threads N               CPU: worker threads (default: one per core)\n"
     "  --max-context N           tokens per request, prompt and reply (default and\n"
@@ -46,6 +47,10 @@ const char* const kUsage =
     "  --request-log FILE        append one JSON line per request event\n"
     "  --no-cuda-graph           CUDA: launch every kernel of a step eagerly instead of\n"
     "                            replaying the step's CUDA graph (no effect on the CPU)\n"
+    "  --served-model-name NAME  the model id clients send and see (default: the\n"
+    "                            compiled id); more names are accepted as aliases\n"
+    "  --api-key KEY             every route but /health needs 'Authorization: Bearer KEY'\n"
+    "                            or 'x-api-key: KEY' (default: $NINFER_API_KEY, else none)\n"
     "  GET /metrics serves Prometheus metrics.\n";
 
 Options parse_options(int argc, char** argv) {
@@ -93,7 +98,12 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--no-verify-checksums") o.verify_checksums = false;
     else if (a == "--allow-more-sms") o.allow_more_sms = true;
     else if (a == "--no-cuda-graph") o.cuda_graphs = false;
-    else if (a == "-h" || a == "--help") {
+    else if (a == "--api-key") o.api_key = value(i);
+    else if (a == "--served-model-name") {
+      o.served_model_names.push_back(value(i));
+      while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
+        o.served_model_names.push_back(argv[++i]);
+    } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);
     } else {
@@ -101,6 +111,11 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (o.port > 65535) throw std::invalid_argument("--port must be <= 65535");
+  for (const auto& name : o.served_model_names)
+    if (name.empty()) throw std::invalid_argument("--served-model-name must not be empty");
+  // From the environment, so the key need not show in the process list.
+  if (o.api_key.empty())
+    if (const char* key = std::getenv("NINFER_API_KEY")) o.api_key = key;
   return o;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "model/model.h"
@@ -25,6 +26,10 @@ struct Options {
   bool verify_checksums = true;
   bool allow_more_sms = false;
   bool cuda_graphs = true;
+  // The names clients send as `model` and see in responses (the first one); empty: the
+  // compiled model id.
+  std::vector<std::string> served_model_names;
+  std::string api_key;  // empty: no key needed (--api-key, else NINFER_API_KEY)
 };
 
 extern const char* const kUsage;

@@ -6,6 +6,8 @@
 // NINFER_FAKE_GATE=<fifo>: every step first reads one byte from the FIFO, so the test
 // decides how many steps run; once the test closes its end, later steps run freely.
 // Without it, steps run as fast as they can.
+// NINFER_FAKE_LOAD_GATE=<fifo>: loading the model waits for one byte from the FIFO, so a
+// test sees the server while it loads.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -73,6 +75,7 @@ const ModelInfo& compiled_model_info() {
 }
 
 std::unique_ptr<Model> create_model(const Artifact&) {
+  if (const char* path = std::getenv("NINFER_FAKE_LOAD_GATE")) FifoGate(path).pass();
   const ModelInfo& i = compiled_model_info();
   auto model = std::make_unique<GatedFakeModel>(i.max_concurrency, i.prefill_chunk, i.kv_blocks,
                                                 i.kv_block_size, i.max_context);
