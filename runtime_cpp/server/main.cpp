@@ -183,6 +183,9 @@ int run(int argc, char** argv) {
   try {
     load(loaded, opt, compiled, eo, request_log.get(), argv[0]);
   } catch (...) {
+    // stop() is a no-op until listen() runs
+    while (!listen_done && !http.is_running())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     http.stop();
     stop_threads();
     throw;
