@@ -241,3 +241,32 @@ def qwen3_server(qwen3_model: CompiledModel) -> Any:
 
     with Server(qwen3_model.out_dir, threads=2) as srv:
         yield srv
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+
+
+@pytest.fixture(scope="session")
+def qwen3_yarn_model(qwen3_model: CompiledModel) -> CompiledModel:
+    """qwen3-tiny's weights with YaRN rope scaling (Qwen3's long-context setting, here 4x
+    over 64 original positions, so the compiled context of MAX_CONTEXT runs past them)."""
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    ckpt = TEST_MODELS / "qwen3-yarn-tiny-checkpoint"
+    base = json.loads((qwen3_model.checkpoint / "ninfer-test.json").read_text())
+    generator = generator_digest(YARN, base["generator"])
+    if _cached(ckpt, generator) is None:
+        shutil.rmtree(ckpt, ignore_errors=True)
+        shutil.copytree(qwen3_model.checkpoint, ckpt,
+                        ignore=shutil.ignore_patterns("ninfer-test.json"))
+        config = json.loads((ckpt / "config.json").read_text())
+        config.pop("rope_parameters", None)
+        config["rope_scaling"] = YARN
+        config["rope_theta"] = 1e6
+        (ckpt / "config.json").write_text(json.dumps(config, indent=2))
+        (ckpt / "ninfer-test.json").write_text(json.dumps({**base, "generator": generator}))
+    out = TEST_MODELS / "qwen3-yarn-tiny-cpu"
+    compile_model(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out,
+                                 model_id="qwen3-yarn-tiny", max_context=MAX_CONTEXT,
+                                 prefill_chunk=PREFILL_CHUNK, kv_dtype="f32"))
+    return CompiledModel("qwen3-yarn-tiny", ckpt, out, base["eos_token_ids"])

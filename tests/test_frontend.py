@@ -111,9 +111,13 @@ def test_missing_config_field_and_bad_rope(tmp_path):
     cfg = {k: v for k, v in BASE.items() if k != "hidden_size"}
     with pytest.raises(FrontendError, match="missing required field 'hidden_size'"):
         open_checkpoint(make_ckpt(tmp_path / "a", cfg))
-    cfg = {**BASE, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
-    with pytest.raises(FrontendError, match="rope type 'yarn' is not supported"):
+    cfg = {**BASE, "rope_scaling": {"rope_type": "longrope", "factor": 4.0}}
+    with pytest.raises(FrontendError, match=r"rope type 'longrope' is not supported \(supported: "
+                       r"default, linear, llama3, yarn\)"):
         open_checkpoint(make_ckpt(tmp_path / "b", cfg))
+    cfg = {**BASE, "rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 64}}
+    with pytest.raises(FrontendError, match="yarn rope scaling needs a 'factor'"):
+        open_checkpoint(make_ckpt(tmp_path / "c", cfg))
 
 
 def test_no_weights_and_missing_dir(tmp_path):
@@ -176,3 +180,33 @@ def test_rope_tables_match_transformers():
     our_cos, our_sin = rope_tables(RopeConfig.from_hf(raw), 32, 300)
     np.testing.assert_allclose(our_cos, cos[0, :, :16].numpy(), atol=1e-6)
     np.testing.assert_allclose(our_sin, sin[0, :, :16].numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("scaling", [
+    {"factor": 4.0, "original_max_position_embeddings": 64},  # Qwen3's long-context form
+    {"factor": 8.0, "original_max_position_embeddings": 128, "beta_fast": 16, "beta_slow": 2,
+     "truncate": False},
+    {"factor": 2.0, "original_max_position_embeddings": 64, "attention_factor": 0.9},
+    {"factor": 4.0, "original_max_position_embeddings": 64, "mscale": 0.707,
+     "mscale_all_dim": 1.0},
+])
+def test_yarn_rope_tables_match_transformers(scaling):
+    """cos/sin, attention scaling included, as transformers' Qwen3 rotary embedding."""
+    import torch
+    from transformers import Qwen3Config
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    from ninfer.frontend.config import RopeConfig
+
+    raw = {"rope_theta": 1e6, "max_position_embeddings": 512,
+           "rope_scaling": {"rope_type": "yarn", **scaling}}
+    cfg = Qwen3Config(hidden_size=128, num_attention_heads=4, head_dim=32, **raw)
+    emb = Qwen3RotaryEmbedding(cfg)
+    assert emb.rope_type == "yarn"
+    pos = torch.arange(300)[None]
+    cos, sin = emb(torch.zeros(1, 300, 32), pos)
+    rope = RopeConfig.from_hf(raw)
+    assert rope.attention_factor == pytest.approx(emb.attention_scaling, rel=1e-12)
+    our_cos, our_sin = rope_tables(rope, 32, 300)
+    np.testing.assert_allclose(our_cos, cos[0, :, :16].numpy(), atol=2e-6, rtol=0)
+    np.testing.assert_allclose(our_sin, sin[0, :, :16].numpy(), atol=2e-6, rtol=0)

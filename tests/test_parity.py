@@ -92,3 +92,19 @@ def test_text_prompt_tokenized_as_hugging_face_does(any_model, hf):
             r = srv.client.post("/v1/completions", json={
                 "prompt": prompt, "max_tokens": 1, "return_token_ids": True})
             assert r.json()["prompt_token_ids"] == tok.encode(prompt)
+
+
+def test_yarn_rope_scaling_matches_transformers(qwen3_yarn_model):
+    """YaRN (rope_type yarn): logits at positions past the original context, where the
+    interpolated frequencies and the attention factor matter, prefill and decode."""
+    model = qwen3_yarn_model.hf_model()
+    assert model.model.rotary_emb.rope_type == "yarn"
+    tok = qwen3_yarn_model.hf_tokenizer()
+    engine = qwen3_yarn_model.engine()
+    ids = (tok.encode(" ".join(PROMPTS)) * 8)[:200]
+    assert len(ids) == 200  # > 64 original positions, < 256 compiled
+    ref = hf_logits(model, ids)
+    got = np.asarray(engine.forward(ids, 0))
+    assert np.abs(got - ref).max() / np.abs(ref).max() < LOGIT_TOL
+    got = np.asarray(engine.forward(ids[-1:], len(ids) - 1))  # rewrite the last position
+    assert np.abs(got - ref).max() / np.abs(ref).max() < LOGIT_TOL

@@ -448,6 +448,7 @@ void Engine::finish(Seq& s, const std::string& reason, double now) {
   done.kind = GenerationEvent::Kind::kDone;
   done.index = s.index;
   done.finish_reason = reason;
+  if (reason == "stop" && s.stops.stopped()) done.stop_sequence = s.stops.matched();
   done.timings = t;
   s.state->push(std::move(done));
   drop(s);

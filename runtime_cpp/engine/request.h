@@ -55,6 +55,7 @@ struct GenerationEvent {
   std::vector<int32_t> tokens;         // kText: tokens this delta completes
   std::vector<TokenLogprob> logprobs;  // kText with logprobs >= 0: one per token
   std::string finish_reason;           // kDone: "stop" | "length" | "cancelled" (per choice)
+  std::string stop_sequence;           // kDone with "stop": the stop string that matched, if any
   std::string error;                   // kError
   std::string error_code;              // kError: "pending_timeout" (never admitted in time) or ""
   Timings timings;                     // kDone: of this choice

@@ -15,7 +15,13 @@ StopMatcher::Result StopMatcher::feed(const std::string& text, bool armed) {
   held_ += text;
   size_t first = std::string::npos;
   if (armed)
-    for (const auto& s : stops_) first = std::min(first, held_.find(s));
+    for (const auto& s : stops_) {
+      const size_t at = held_.find(s);
+      if (at < first) {
+        first = at;
+        matched_ = s;
+      }
+    }
   if (first != std::string::npos) {
     r.text = held_.substr(0, first);
     r.stopped = stopped_ = true;

@@ -19,10 +19,13 @@ class StopMatcher {
   Result feed(const std::string& text, bool armed = true);
   Result finish(const std::string& text);  // end of generation: release what is held
   bool stopped() const { return stopped_; }
+  // The stop string that ended the text (the one that starts first), once stopped().
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
+  std::string matched_;
   bool stopped_ = false;
 };
 

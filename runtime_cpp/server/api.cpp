@@ -1,5 +1,6 @@
 #include "server/api.h"
 
+#include <algorithm>
 #include "server/sampling_params.h"
 
 #include <random>
@@ -60,8 +61,7 @@ std::string message_content(const json& m, size_t i) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(const std::string& body_text, bool chat,
-                                           const std::string& served_model, int vocab_size) {
+json parse_body(const std::string& body_text) {
   json body;
   try {
     body = json::parse(body_text);
@@ -69,18 +69,34 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
     throw ApiError(400, std::string("request body is not valid JSON: ") + e.what());
   }
   if (!body.is_object()) bad("", "request body must be a JSON object");
+  return body;
+}
+
+std::string requested_model(const json& body, const std::vector<std::string>& served) {
+  if (!body.contains("model") || body["model"].is_null()) return served.at(0);
+  if (!body["model"].is_string()) bad("model", "'model' must be a string");
+  const std::string model = body["model"].get<std::string>();
+  if (model.empty() || std::find(served.begin(), served.end(), model) != served.end())
+    return served.at(0);
+  std::string names;
+  for (const auto& n : served) names += (names.empty() ? "'" : ", '") + n + "'";
+  throw ApiError(404, "The model '" + model + "' does not exist; this server serves " + names,
+                 "invalid_request_error", "model", "model_not_found");
+}
+
+CompletionRequest parse_completion_request(const std::string& body_text, bool chat,
+                                           const std::vector<std::string>& served_models,
+                                           int vocab_size) {
+  return parse_completion_request(parse_body(body_text), chat, served_models, vocab_size);
+}
+
+CompletionRequest parse_completion_request(const json& body, bool chat,
+                                           const std::vector<std::string>& served_models,
+                                           int vocab_size) {
+  if (!body.is_object()) bad("", "request body must be a JSON object");
   CompletionRequest r;
   r.chat = chat;
-  if (body.contains("model") && !body["model"].is_null()) {
-    if (!body["model"].is_string()) bad("model", "'model' must be a string");
-    r.model = body["model"].get<std::string>();
-    if (!r.model.empty() && r.model != served_model)
-      throw ApiError(
-          404,
-          "The model '" + r.model + "' does not exist; this server serves '" + served_model + "'",
-          "invalid_request_error", "model", "model_not_found");
-  }
-  if (r.model.empty()) r.model = served_model;
+  r.model = requested_model(body, served_models);
 
   if (chat) {
     if (!body.contains("messages")) bad("messages", "'messages' is required");

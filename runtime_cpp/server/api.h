@@ -50,15 +50,27 @@ struct CompletionRequest {
   int min_tokens = 0;                   // vLLM extension
   std::vector<int32_t> stop_token_ids;  // vLLM extension
   std::set<std::string> given;          // generation_config fields the request set (not defaulted)
-  nlohmann::json tools;                                            // chat: null or the array
-  nlohmann::json tool_choice;                                      // chat: null, a string or object
+  nlohmann::json tools;                 // chat: null or the array
+  nlohmann::json tool_choice;           // chat: null, a string or object
   nlohmann::json chat_template_kwargs = nlohmann::json::object();  // chat
   OutputRequest output;  // chat: reasoning and tool-call settings (server/chat_output.h)
 };
 
 // Parses and validates a request body; throws ApiError (400/404) naming the field.
+// `served_models`: the names a request may ask for (--served-model-name); responses carry
+// the first.
 CompletionRequest parse_completion_request(const std::string& body, bool chat,
-                                           const std::string& served_model, int vocab_size);
+                                           const std::vector<std::string>& served_models,
+                                           int vocab_size);
+CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat,
+                                           const std::vector<std::string>& served_models,
+                                           int vocab_size);
+// The served name a body's `model` asks for (the first name when it names none); 404
+// model_not_found for a name this server does not serve.
+std::string requested_model(const nlohmann::json& body,
+                            const std::vector<std::string>& served_models);
+// The body of a request as a JSON object; 400 if it is not one.
+nlohmann::json parse_body(const std::string& body);
 
 struct ResponseContext {
   std::string id;

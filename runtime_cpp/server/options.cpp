@@ -34,6 +34,7 @@ const char* const kUsage =
     "                     [--generation-config auto|ninfer]\n"
     "                     [--reasoning-parser NAME] [--tool-call-parser NAME]\n"
     "                     [--reasoning-budget N]\n"
+    "                     [--served-model-name NAME [NAME ...]] [--api-key KEY]\n"
     "  --port 0 picks a free port and prints it.\n"
     "  --threads N               CPU: worker threads (default: one per core)\n"
     "  --max-context N           tokens per request, prompt and reply (default and\n"
@@ -62,6 +63,10 @@ const char* const kUsage =
     "                            how tool calls are parsed from the output (default auto)\n"
     "  --reasoning-budget N      close the reasoning block after N tokens unless a request\n"
     "                            sets thinking_budget (default -1 = unlimited)\n"
+    "  --served-model-name NAME  the model id clients send and see (default: the\n"
+    "                            compiled id); more names are accepted as aliases\n"
+    "  --api-key KEY             every route but /health needs 'Authorization: Bearer KEY'\n"
+    "                            or 'x-api-key: KEY' (default: $NINFER_API_KEY, else none)\n"
     "  GET /metrics serves Prometheus metrics.\n";
 
 Options parse_options(int argc, char** argv) {
@@ -137,7 +142,12 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--reasoning-parser") o.reasoning_parser = parser_name(i, true);
     else if (a == "--tool-call-parser") o.tool_call_parser = parser_name(i, false);
     else if (a == "--reasoning-budget") o.reasoning_budget = budget(i);
-    else if (a == "-h" || a == "--help") {
+    else if (a == "--api-key") o.api_key = value(i);
+    else if (a == "--served-model-name") {
+      o.served_model_names.push_back(value(i));
+      while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
+        o.served_model_names.push_back(argv[++i]);
+    } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);
     } else {
@@ -145,6 +155,11 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (o.port > 65535) throw std::invalid_argument("--port must be <= 65535");
+  for (const auto& name : o.served_model_names)
+    if (name.empty()) throw std::invalid_argument("--served-model-name must not be empty");
+  // From the environment, so the key need not show in the process list.
+  if (o.api_key.empty())
+    if (const char* key = std::getenv("NINFER_API_KEY")) o.api_key = key;
   return o;
 }
 

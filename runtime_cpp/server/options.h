@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -35,6 +36,10 @@ struct Options {
   std::string reasoning_parser = "auto";  // auto: the manifest's "output_parsers"
   std::string tool_call_parser = "auto";
   int reasoning_budget = -1;  // tokens of reasoning per request; -1 unlimited
+  // The names clients send as `model` and see in responses (the first one); empty: the
+  // compiled model id.
+  std::vector<std::string> served_model_names;
+  std::string api_key;  // empty: no key needed (--api-key, else NINFER_API_KEY)
 };
 
 extern const char* const kUsage;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/anthropic.h"
 #include "server/api.h"
 #include "server/chat_output.h"
 #include "server/client_watch.h"
@@ -45,14 +46,17 @@ void client_gone(httplib::Response& res) {
 
 }  // namespace
 
-httplib::Server::Handler guarded(HttpHandler fn) {
-  return [fn](const httplib::Request& req, httplib::Response& res) {
+httplib::Server::Handler guarded(HttpHandler fn, ErrorShape shape) {
+  return [fn, shape](const httplib::Request& req, httplib::Response& res) {
+    auto body = [shape](const ApiError& e) {
+      return shape == ErrorShape::kAnthropic ? anthropic::error_body(e) : error_body(e);
+    };
     try {
       fn(req, res);
     } catch (const ApiError& e) {
-      send_json(res, e.status, error_body(e));
+      send_json(res, e.status, body(e));
     } catch (const std::exception& e) {
-      send_json(res, 500, error_body(ApiError(500, e.what(), "server_error")));
+      send_json(res, 500, body(ApiError(500, e.what(), "server_error")));
     }
   };
 }
@@ -66,17 +70,30 @@ void Routes::metrics_text(const httplib::Request&, httplib::Response& res) const
   res.set_content(metrics.render(), Metrics::content_type());
 }
 
-void Routes::models(const httplib::Request&, httplib::Response& res) const {
+json Routes::model_entry(const std::string& name) const {
   const ModelInfo& info = engine.info();
-  send_json(res, 200,
-            {{"object", "list"},
-             {"data", json::array({{{"id", model_id},
-                                    {"object", "model"},
-                                    {"created", 0},
-                                    {"owned_by", "ninfer"},
-                                    {"max_model_len", engine.max_context()},
-                                    {"vocab_size", info.vocab_size},
-                                    {"target", info.target}}})}});
+  return {{"id", name},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "ninfer"},
+          {"root", info.model_id},
+          {"max_model_len", engine.max_context()},
+          {"vocab_size", info.vocab_size},
+          {"target", info.target}};
+}
+
+void Routes::models(const httplib::Request&, httplib::Response& res) const {
+  json data = json::array();
+  for (const auto& name : model_names) data.push_back(model_entry(name));
+  send_json(res, 200, {{"object", "list"}, {"data", std::move(data)}});
+}
+
+void Routes::model(const httplib::Request& req, httplib::Response& res) const {
+  const std::string id = req.matches.size() > 1 ? req.matches[1].str() : "";
+  if (std::find(model_names.begin(), model_names.end(), id) == model_names.end())
+    throw ApiError(404, "The model '" + id + "' does not exist", "invalid_request_error", "model",
+                   "model_not_found");
+  send_json(res, 200, model_entry(id));
 }
 
 void Routes::chat_completions(const httplib::Request& req, httplib::Response& res) const {
@@ -87,15 +104,14 @@ void Routes::completions(const httplib::Request& req, httplib::Response& res) co
   generate(req, res, false);
 }
 
-void Routes::not_found(const httplib::Request& req, httplib::Response& res) const {
+void not_found(const httplib::Request& req, httplib::Response& res) {
   if (res.status == 404 && res.body.empty())
     send_json(res, 404,
               error_body(ApiError(404, "no route " + req.method + " " + req.path,
                                   "invalid_request_error", "", "not_found")));
 }
 
-void Routes::internal_error(const httplib::Request&, httplib::Response& res,
-                            std::exception_ptr ep) const {
+void internal_error(const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
   std::string msg = "internal error";
   try {
     if (ep) std::rethrow_exception(ep);
@@ -161,6 +177,7 @@ struct ChoiceOut {
   bool first = true;                // streaming: no delta sent yet
   size_t text_offset = 0;           // completions logprobs: characters sent so far
   std::shared_ptr<ChatOutput> out;  // chat: the choice's reasoning and tool calls
+  std::string stop_sequence;        // the stop string that ended it, if any
 };
 
 // A request's usage over its choices: the prompt once, the completion tokens summed.
@@ -200,7 +217,43 @@ json Routes::logprobs_json(bool chat, const std::vector<TokenLogprob>& lps,
 
 void Routes::generate(const httplib::Request& req, httplib::Response& res, bool is_chat) const {
   CompletionRequest r =
-      parse_completion_request(req.body, is_chat, model_id, engine.info().vocab_size);
+      parse_completion_request(req.body, is_chat, model_names, engine.info().vocab_size);
+  GenerationSink sink;
+  sink.response = [](httplib::Response& res, const json& j) { send_json(res, 200, j); };
+  sink.chunk = [](httplib::DataSink& out, const json& j) {
+    const std::string line =
+        "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+    return out.write(line.data(), line.size());
+  };
+  sink.end = [](httplib::DataSink& out) {
+    const std::string done = "data: [DONE]\n\n";
+    out.write(done.data(), done.size());
+  };
+  run(req, res, std::move(r), std::move(sink));
+}
+
+namespace {
+
+// Counts a generation in Routes::in_flight while it lives.
+struct InFlight {
+  explicit InFlight(std::atomic<int>& n) : n(n) { ++n; }
+  ~InFlight() { --n; }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  std::atomic<int>& n;
+};
+
+// vLLM's choices[].stop_reason: the stop string that ended the text, else null.
+json stop_reason_json(const std::string& stop_sequence) {
+  return stop_sequence.empty() ? json(nullptr) : json(stop_sequence);
+}
+
+}  // namespace
+
+void Routes::run(const httplib::Request& req, httplib::Response& res, CompletionRequest r,
+                 GenerationSink sink, std::string id) const {
+  auto counted = std::make_shared<InFlight>(in_flight);
+  const bool is_chat = r.chat;
   if (r.n > engine.max_concurrency())
     throw ApiError(400,
                    "n = " + std::to_string(r.n) + " is above this server's limit of " +
@@ -248,8 +301,8 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
   g.min_tokens = r.min_tokens;
   g.stop_token_ids = r.stop_token_ids;
   g.logprobs = r.logprobs;
-  ResponseContext ctx{new_request_id(is_chat), static_cast<int64_t>(std::time(nullptr)), r.model,
-                      is_chat};
+  ResponseContext ctx{id.empty() ? new_request_id(is_chat) : std::move(id),
+                      static_cast<int64_t>(std::time(nullptr)), r.model, is_chat};
   g.id = ctx.id;
   auto state = submit(std::move(g), res, is_chat);
   state->wake_per_token = r.stream;
@@ -284,6 +337,7 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
       ChoiceOut& c = choices[ev.index];
       if (ev.kind == GenerationEvent::Kind::kDone) {
         c.finish_reason = ev.finish_reason;
+        c.stop_sequence = ev.stop_sequence;
         c.timings = ev.timings;
         if (++done < n) continue;
         const Timings total = request_timings(choices);
@@ -298,6 +352,7 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
                          : completion_response(ctx, ci.text, ci.finish_reason, ci.timings, nullptr,
                                                with_ids ? &ci.ids : nullptr)["choices"][0];
           one["index"] = i;
+          one["stop_reason"] = stop_reason_json(ci.stop_sequence);
           if (with_logprobs) one["logprobs"] = logprobs_json(is_chat, ci.logprobs, ci.text_offset);
           if (ci.out) {
             ci.out->on_done();
@@ -308,7 +363,7 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
         }
         out["choices"] = std::move(list);
         add_chat_usage(*choices_ptr, out["usage"]);
-        send_json(res, 200, out);
+        sink.response(res, out);
         return;
       }
       c.text += ev.text;
@@ -321,13 +376,13 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
   res.set_header("Cache-Control", "no-cache");
   auto choices = choices_ptr;
   res.set_chunked_content_provider("text/event-stream", [this, state, ctx, with_ids, with_logprobs,
-                                                         usage, watch, choices, n,
-                                                         is_chat](size_t, httplib::DataSink& sink) {
-    auto send = [&](const json& j) {
-      const std::string line =
-          "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-      return sink.write(line.data(), line.size());
-    };
+                                                         usage, watch, choices, n, is_chat, sink,
+                                                         counted](size_t, httplib::DataSink& out) {
+    auto send = [&](const json& j) { return sink.chunk(out, j); };
+    if (sink.begin && !sink.begin(out, static_cast<int>(state->request.prompt.size()))) {
+      state->cancel();
+      return false;
+    }
     // A chat choice's parsed deltas, one chunk each (the first keeps role); none while
     // the parser holds text back, unless the chunk must carry token ids or logprobs.
     auto send_deltas = [&](ChoiceOut& c, int index, std::vector<json> deltas,
@@ -361,7 +416,7 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
       }
       if (!got) continue;
       if (ev.kind == GenerationEvent::Kind::kError) {
-        send(error_body(ApiError(500, ev.error, "server_error")));
+        send(error_body(ApiError(500, ev.error, "server_error", "", ev.error_code)));
         break;
       }
       ChoiceOut& c = (*choices)[ev.index];
@@ -372,6 +427,7 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
                                  c.out ? c.out->finish_reason(ev.finish_reason) : ev.finish_reason,
                                  nullptr);
         last["choices"][0]["index"] = ev.index;
+        last["choices"][0]["stop_reason"] = stop_reason_json(ev.stop_sequence);
         if (usage) last["usage"] = nullptr;
         send(last);
         if (++done < n) continue;
@@ -402,11 +458,116 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
         return false;
       }
     }
-    const std::string done_line = "data: [DONE]\n\n";
-    sink.write(done_line.data(), done_line.size());
-    sink.done();
+    sink.end(out);
+    out.done();
     return true;
   });
+}
+
+void Routes::messages(const httplib::Request& req, httplib::Response& res) const {
+  const json oa = anthropic::to_openai_request(parse_body(req.body));
+  const CompletionRequest r =
+      parse_completion_request(oa, /*chat=*/true, model_names, engine.info().vocab_size);
+  const std::string id = anthropic::new_message_id();
+  GenerationSink sink;
+  sink.response = [id](httplib::Response& res, const json& completion) {
+    send_json(res, 200, anthropic::from_openai_response(completion, id));
+  };
+  // One translator per stream; the sink's callbacks run on the stream's thread in turn.
+  auto translator = std::make_shared<anthropic::StreamTranslator>(id, r.model, 0);
+  auto write = [](httplib::DataSink& out, const std::vector<anthropic::Event>& events) {
+    for (const auto& e : events) {
+      const std::string text = e.sse();
+      if (!out.write(text.data(), text.size())) return false;
+    }
+    return true;
+  };
+  sink.begin = [translator, id, model = r.model, write](httplib::DataSink& out, int prompt_tokens) {
+    *translator = anthropic::StreamTranslator(id, model, prompt_tokens);
+    return write(out, translator->start());
+  };
+  sink.chunk = [translator, write](httplib::DataSink& out, const json& chunk) {
+    return write(out, translator->feed(chunk));
+  };
+  sink.end = [translator, write](httplib::DataSink& out) { write(out, translator->finish()); };
+  run(req, res, r, std::move(sink), id);
+}
+
+void Routes::count_tokens(const httplib::Request& req, httplib::Response& res) const {
+  const json oa = anthropic::to_openai_request(parse_body(req.body), /*count_tokens=*/true);
+  const CompletionRequest r =
+      parse_completion_request(oa, /*chat=*/true, model_names, engine.info().vocab_size);
+  send_json(res, 200, {{"input_tokens", prompt_tokens(r).size()}});
+}
+
+namespace {
+
+bool flag(const json& body, const char* key, bool dflt) {
+  if (!body.contains(key) || body[key].is_null()) return dflt;
+  if (!body[key].is_boolean())
+    throw ApiError(400, std::string("'") + key + "' must be a boolean", "invalid_request_error",
+                   key);
+  return body[key].get<bool>();
+}
+
+}  // namespace
+
+void Routes::tokenize(const httplib::Request& req, httplib::Response& res) const {
+  json body = parse_body(req.body);
+  const bool chat_form = body.contains("messages");
+  if (chat_form == body.contains("prompt"))
+    throw ApiError(400, "send either 'prompt' (a string) or 'messages' (a chat)",
+                   "invalid_request_error", "prompt");
+  if (flag(body, "return_token_strs", false))
+    throw ApiError(400, "'return_token_strs' is not supported", "invalid_request_error",
+                   "return_token_strs");
+  std::vector<int32_t> ids;
+  if (chat_form) {
+    // The prompt a chat request would get, through the same chat path.
+    if (flag(body, "add_special_tokens", false))
+      throw ApiError(400,
+                     "'add_special_tokens' must be false with 'messages' (the chat template "
+                     "places the special tokens)",
+                     "invalid_request_error", "add_special_tokens");
+    if (!flag(body, "add_generation_prompt", true))
+      throw ApiError(400, "'add_generation_prompt': false is not supported",
+                     "invalid_request_error", "add_generation_prompt");
+    if (flag(body, "continue_final_message", false))
+      throw ApiError(400, "'continue_final_message' is not supported", "invalid_request_error",
+                     "continue_final_message");
+    for (const char* key : {"add_special_tokens", "add_generation_prompt", "continue_final_message",
+                            "return_token_strs"})
+      body.erase(key);
+    ids = prompt_tokens(
+        parse_completion_request(body, /*chat=*/true, model_names, engine.info().vocab_size));
+  } else {
+    requested_model(body, model_names);
+    if (!body["prompt"].is_string())
+      throw ApiError(400, "'prompt' must be a string", "invalid_request_error", "prompt");
+    ids =
+        tokenizer.encode(body["prompt"].get<std::string>(), flag(body, "add_special_tokens", true));
+  }
+  send_json(res, 200,
+            {{"count", ids.size()}, {"max_model_len", engine.max_context()}, {"tokens", ids}});
+}
+
+void Routes::detokenize(const httplib::Request& req, httplib::Response& res) const {
+  const json body = parse_body(req.body);
+  requested_model(body, model_names);
+  const int vocab = engine.info().vocab_size;
+  if (!body.contains("tokens") || !body["tokens"].is_array())
+    throw ApiError(400, "'tokens' must be an array of token ids", "invalid_request_error",
+                   "tokens");
+  std::vector<int32_t> ids;
+  for (const json& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+      throw ApiError(400,
+                     "'tokens' entries must be integers in [0, " + std::to_string(vocab) +
+                         "), got " + t.dump(),
+                     "invalid_request_error", "tokens");
+    ids.push_back(t.get<int32_t>());
+  }
+  send_json(res, 200, {{"prompt", tokenizer.decode(ids, /*skip_special_tokens=*/false)}});
 }
 
 }  // namespace ninfer

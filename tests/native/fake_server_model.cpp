@@ -15,6 +15,9 @@
 // script's first tokens after "<gen>" (a generation prompt that opens <think>) is
 // continued from there. The model then has a vocabulary of 320 and a context of 1024
 // (tests/test_output_parsers.py).
+//
+// NINFER_FAKE_LOAD_GATE=<fifo>: loading the model waits for one byte from the FIFO, so a
+// test sees the server while it loads.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -148,6 +151,7 @@ const ModelInfo& compiled_model_info() {
 }
 
 std::unique_ptr<Model> create_model(const Artifact& artifact) {
+  if (const char* path = std::getenv("NINFER_FAKE_LOAD_GATE")) FifoGate(path).pass();
   const ModelInfo& i = compiled_model_info();
   std::unique_ptr<GatedFakeModel> model;
   if (script()) model = std::make_unique<ScriptedFakeModel>(i, artifact, script());

@@ -225,6 +225,8 @@ def export_gguf(checkpoint_dir: str | Path, out_path: str | Path, qtype: str = "
                             "supported")
     if cfg.extra.get("sliding_window") and cfg.architecture == "MistralForCausalLM":
         raise FrontendError("GGUF export: sliding-window attention is not supported")
+    if cfg.rope.kind == "yarn":  # llama.cpp derives its own attention factor
+        raise FrontendError("GGUF export: yarn rope scaling is not supported")
 
     qt = gguf.GGMLQuantizationType
     target = {"F32": qt.F32, "F16": qt.F16, "Q8_0": qt.Q8_0, "Q4_0": qt.Q4_0}[qtype]

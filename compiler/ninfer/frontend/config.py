@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,14 +12,23 @@ class FrontendError(ValueError):
     """The checkpoint cannot be compiled: unsupported, incomplete or inconsistent."""
 
 
+ROPE_KINDS = ("default", "linear", "llama3", "yarn")
+
+
 @dataclass(frozen=True)
 class RopeConfig:
     theta: float
-    kind: str = "default"  # default | linear | llama3
+    kind: str = "default"  # one of ROPE_KINDS
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int = 8192
+    # yarn (transformers' _compute_yarn_parameters): the ramp between extrapolated and
+    # interpolated frequencies, and the factor cos and sin are scaled by.
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+    attention_factor: float = 1.0
 
     @classmethod
     def from_hf(cls, cfg: dict[str, Any]) -> RopeConfig:
@@ -29,10 +39,12 @@ class RopeConfig:
         merged = {**scaling, **params}
         theta = merged.get("rope_theta", cfg.get("rope_theta", 10000.0))
         kind = merged.get("rope_type", merged.get("type", "default"))
-        if kind not in ("default", "linear", "llama3"):
+        if kind not in ROPE_KINDS:
             raise FrontendError(
-                f"config.json: rope type '{kind}' is not supported (supported: default, "
-                "linear, llama3)")
+                f"config.json: rope type '{kind}' is not supported (supported: "
+                f"{', '.join(ROPE_KINDS)})")
+        if kind == "yarn":
+            return cls._yarn(float(theta), merged, cfg)
         return cls(
             theta=float(theta),
             kind=kind,
@@ -41,6 +53,32 @@ class RopeConfig:
             high_freq_factor=float(merged.get("high_freq_factor", 4.0)),
             original_max_position=int(merged.get("original_max_position_embeddings", 8192)),
         )
+
+    @classmethod
+    def _yarn(cls, theta: float, p: dict[str, Any], cfg: dict[str, Any]) -> RopeConfig:
+        """The parameters as transformers resolves them (standardize_rope_params, then
+        _compute_yarn_parameters)."""
+        max_pos = int(cfg.get("max_position_embeddings", 4096))
+        # A top-level original_max_position_embeddings (Phi-3 style) takes priority.
+        original = int(cfg.get("original_max_position_embeddings")
+                       or p.get("original_max_position_embeddings") or max_pos)
+        if p.get("factor") is None:  # transformers refuses it too
+            raise FrontendError("config.json: yarn rope scaling needs a 'factor'")
+        factor = float(p["factor"])
+        if factor < 1.0:
+            raise FrontendError(f"config.json: yarn rope factor {factor} must be at least 1")
+
+        def mscale(scale: float, m: float = 1.0) -> float:
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        attention = p.get("attention_factor")
+        if attention is None:
+            m, m_all = p.get("mscale"), p.get("mscale_all_dim")
+            attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+        return cls(theta=theta, kind="yarn", factor=factor, original_max_position=original,
+                   beta_fast=float(p.get("beta_fast") or 32.0),
+                   beta_slow=float(p.get("beta_slow") or 1.0),
+                   truncate=bool(p.get("truncate", True)), attention_factor=float(attention))
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,9 +114,39 @@ def rope_tables(rope: RopeConfig, head_dim: int, max_pos: int) -> tuple[np.ndarr
         inv_freq = (inv_freq / rope.factor).astype(np.float32)
     elif rope.kind == "llama3":
         inv_freq = _llama3_inv_freq(inv_freq, rope)
+    elif rope.kind == "yarn":
+        inv_freq = _yarn_inv_freq(rope, head_dim)
     pos = np.arange(max_pos, dtype=np.float32)
     angles = np.outer(pos, inv_freq).astype(np.float32)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    if rope.kind == "yarn":  # transformers scales cos and sin (its attention_scaling)
+        scale = np.float32(rope.attention_factor)
+        cos, sin = cos * scale, sin * scale
+    return cos, sin
+
+
+def _yarn_inv_freq(rope: RopeConfig, dim: int) -> np.ndarray:
+    """transformers' _compute_yarn_parameters: the frequencies that turn fewer than
+    beta_slow times over the original context are interpolated (divided by the factor),
+    those that turn more than beta_fast times kept, a linear ramp between."""
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(rope.original_max_position / (rotations * 2 * math.pi))) / (
+            2 * math.log(rope.theta))
+
+    low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as transformers does, against a division by zero
+    pos_freqs = np.float32(rope.theta) ** (
+        np.arange(0, dim, 2).astype(np.float32) / np.float32(dim))
+    extrapolation = (np.float32(1.0) / pos_freqs).astype(np.float32)
+    interpolation = (np.float32(1.0) / (np.float32(rope.factor) * pos_freqs)).astype(np.float32)
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - np.float32(low))
+                   / np.float32(high - low), 0, 1).astype(np.float32)
+    keep = (np.float32(1) - ramp).astype(np.float32)
+    return (interpolation * (np.float32(1) - keep) + extrapolation * keep).astype(np.float32)
 
 
 def _llama3_inv_freq(inv_freq: np.ndarray, rope: RopeConfig) -> np.ndarray:

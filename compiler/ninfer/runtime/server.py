@@ -46,7 +46,9 @@ class Server:
         self.output: deque[str] = deque(maxlen=200)
         self._client: httpx.Client | None = None
 
-    def start(self) -> Server:
+    def start(self, *, ready: bool = True) -> Server:
+        """Starts the process and waits until it listens and, with `ready`, until /health
+        says the model is loaded (it answers 503 while loading)."""
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1)
         found = threading.Event()
@@ -66,7 +68,9 @@ class Server:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise ServerError("ninfer-server did not start:\n" + "\n".join(self.output))
-        while time.monotonic() < deadline:
+        if not ready:
+            return self
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
                     return self
