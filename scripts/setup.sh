@@ -30,3 +30,24 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q -e ".[test]"
   touch "$stamp"
 fi
+
+# xgrammar's C++ core (structured output) is built into the server from its PyPI source
+# distribution (runtime_cpp/structured/xgrammar.cmake); only the sources are fetched here.
+# --no-binary names xgrammar alone so that pip takes its build backend as wheels: it
+# prepares the sdist's metadata in seconds instead of building the backend from source.
+XGRAMMAR_VERSION=0.2.8
+XGRAMMAR_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+xg_dir=build/third_party/xgrammar-$XGRAMMAR_VERSION
+if [ ! -f "$xg_dir/.ninfer-extracted" ]; then
+  echo "setup: fetching xgrammar $XGRAMMAR_VERSION sources"
+  dl=build/third_party/download
+  mkdir -p "$dl"
+  sdist=$dl/xgrammar-$XGRAMMAR_VERSION.tar.gz
+  if [ ! -s "$sdist" ]; then
+    .venv/bin/pip download -q --no-deps --no-binary xgrammar "xgrammar==$XGRAMMAR_VERSION" -d "$dl"
+  fi
+  echo "$XGRAMMAR_SHA256  $sdist" | sha256sum -c --quiet -
+  rm -rf "$xg_dir"
+  tar -xzf "$sdist" -C build/third_party
+  touch "$xg_dir/.ninfer-extracted"
+fi

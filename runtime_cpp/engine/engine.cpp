@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "engine/clock.h"
 #include "engine/stop_matcher.h"
@@ -246,6 +248,10 @@ void Engine::run_step(StepPlan& plan) {
   batch.block_tables = block_tables_.data();
   batch.n_logits = n_logits;
   batch.logit_rows = logit_rows_.data();
+  // Constraints compute their next masks (on their own threads) while the step runs.
+  for (const Chunk& c : plan.chunks)
+    if (c.logits)
+      for (const auto& k : static_cast<Seq&>(*c.seq).state->request.constraints) k->prepare();
   const double t0 = clock_.now_ms();
   try {
     model_.step(batch, logits_.data());
@@ -272,7 +278,7 @@ void Engine::run_step(StepPlan& plan) {
   for (const Chunk& c : plan.chunks) {
     if (!c.logits) continue;
     Seq& s = static_cast<Seq&>(*c.seq);
-    const float* row_logits = logits_.data() + static_cast<size_t>(k++) * info.vocab_size;
+    float* row_logits = logits_.data() + static_cast<size_t>(k++) * info.vocab_size;
     try {
       on_token(s, row_logits, now);  // may finish and destroy s
     } catch (const std::exception& e) {
@@ -281,9 +287,22 @@ void Engine::run_step(StepPlan& plan) {
   }
 }
 
-bool Engine::on_token(Seq& s, const float* logits, double now) {
+bool Engine::on_token(Seq& s, float* logits, double now) {
   const GenerationRequest& req = s.state->request;
-  const int32_t token = s.sampler.sample(logits, model_.info().vocab_size, req.sampling);
+  const int vocab = model_.info().vocab_size;
+  for (const auto& k : req.constraints) k->apply(logits, vocab);
+  if (!req.constraints.empty() && std::none_of(logits, logits + vocab, [](float x) {
+        return x > -std::numeric_limits<float>::infinity();
+      }))
+    throw std::runtime_error("the request's constraints (grammar) allow no next token");
+  const int32_t token = s.sampler.sample(logits, vocab, req.sampling);
+  bool constrained_end = false;
+  for (const auto& k : req.constraints) {
+    if (!k->accept(token))
+      throw std::runtime_error("the request's constraint refused sampled token " +
+                               std::to_string(token));
+    constrained_end = constrained_end || k->finished();
+  }
   ++s.generated;
   if (metrics_) {
     metrics_->add_generation_tokens(1);
@@ -310,7 +329,7 @@ bool Engine::on_token(Seq& s, const float* logits, double now) {
     ev.tokens.swap(s.pending_tokens);
     s.state->push(std::move(ev));
   }
-  if (r.stopped) {
+  if (r.stopped || constrained_end) {  // a stop string, or a complete grammar
     finish(s, "stop", now);
     return true;
   }

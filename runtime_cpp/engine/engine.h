@@ -72,7 +72,7 @@ class Engine {
   void loop();
   void reap(double now);
   void run_step(StepPlan& plan);
-  bool on_token(Seq& s, const float* logits, double now);  // true: finished
+  bool on_token(Seq& s, float* logits, double now);  // true: finished
   void finish(Seq& s, const std::string& reason, double now);
   void fail(Seq& s, const std::string& error, const std::string& code, double now);
   void drop(Seq& s);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "engine/sampling.h"
 
 namespace ninfer {
@@ -24,6 +25,7 @@ struct GenerationRequest {
   uint64_t seed = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  TokenConstraints constraints;  // applied in order before sampling
 };
 
 struct Timings {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "structured/grammar.h"
 #include "text/chat_format.h"
 
 namespace ninfer {
@@ -42,6 +43,10 @@ struct CompletionRequest {
   bool return_token_ids = false;  // vLLM extension: prompt_token_ids / token_ids
   bool ignore_eos = false;        // vLLM extension
   bool echo = false;
+  // Structured output (server/structured_output.cpp): the grammar the output must follow,
+  // and the request field it came from (for errors).
+  std::optional<GrammarSpec> grammar;
+  std::string grammar_param;
 };
 
 // Parses and validates a request body; throws ApiError (400/404) naming the field.

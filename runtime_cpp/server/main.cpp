@@ -25,6 +25,7 @@
 #include "observe/request_log.h"
 #include "server/options.h"
 #include "server/routes.h"
+#include "structured/grammar.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 
@@ -80,9 +81,13 @@ int run(int argc, char** argv) {
   Metrics metrics;
   eo.metrics = &metrics;
   eo.request_log = request_log.get();
-  Engine engine(*model, tokenizer, m.at("eos_token_ids").get<std::vector<int32_t>>(), eo);
+  const auto eos_ids = m.at("eos_token_ids").get<std::vector<int32_t>>();
+  // Structured output: the grammar engine's view of the vocabulary is built on first use.
+  GrammarCompiler grammars(tokenizer, model->info().vocab_size, eos_ids);
+  Engine engine(*model, tokenizer, eos_ids, eo);
 
-  const Routes routes{engine, tokenizer, chat, metrics, m.at("model").at("id").get<std::string>()};
+  const Routes routes{engine,   tokenizer, chat, metrics, m.at("model").at("id").get<std::string>(),
+                      &grammars};
   httplib::Server http;
   // Every running or waiting request holds an HTTP thread, so the pool must be larger
   // than what may be admitted plus queued; otherwise requests would queue inside

@@ -12,6 +12,7 @@
 
 #include "server/api.h"
 #include "server/client_watch.h"
+#include "server/structured_output.h"
 
 namespace ninfer {
 namespace {
@@ -149,6 +150,7 @@ void Routes::generate(const httplib::Request& req, httplib::Response& res, bool 
   g.seed = r.seed ? *r.seed : std::random_device{}();
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
+  g.constraints = structured_output_constraints(r, grammars);
   ResponseContext ctx{new_request_id(is_chat), static_cast<int64_t>(std::time(nullptr)), r.model,
                       is_chat};
   g.id = ctx.id;

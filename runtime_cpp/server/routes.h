@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "observe/metrics.h"
 #include "server/api.h"
+#include "structured/grammar.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 
@@ -40,6 +41,7 @@ struct Routes {
   const ChatFormat& chat;
   Metrics& metrics;
   std::string model_id;
+  const GrammarCompiler* grammars = nullptr;  // structured output; null: refused with 400
 
   void health(const httplib::Request& req, httplib::Response& res) const;
   void metrics_text(const httplib::Request& req, httplib::Response& res) const;  // Prometheus
