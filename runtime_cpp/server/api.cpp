@@ -164,7 +164,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   }
   r.return_token_ids = get_bool(body, "return_token_ids", false);
   r.ignore_eos = get_bool(body, "ignore_eos", false);
-  parse_structured_output(body, r);
+  parse_structured_output(body, body_text, r);
   return r;
 }
 

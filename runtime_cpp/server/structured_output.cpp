@@ -6,7 +6,7 @@
 
 namespace ninfer {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // schemas keep their key order
 
 namespace {
 
@@ -14,7 +14,10 @@ namespace {
   throw ApiError(400, msg, "invalid_request_error", param);
 }
 
-bool present(const json& obj, const char* key) { return obj.contains(key) && !obj[key].is_null(); }
+template <class Json>
+bool present(const Json& obj, const char* key) {
+  return obj.contains(key) && !obj[key].is_null();
+}
 
 // A JSON schema given as an object (or a boolean schema) or as its text.
 std::string schema_text(const json& v, const std::string& param) {
@@ -159,7 +162,20 @@ void guided_fields(const json& body, std::vector<Found>& found) {
 
 }  // namespace
 
-void parse_structured_output(const json& body, CompletionRequest& r) {
+void parse_structured_output(const nlohmann::json& unordered, const std::string& body_text,
+                             CompletionRequest& r) {
+  static const char* const kFields[] = {"response_format",
+                                        "structured_outputs",
+                                        "guided_json",
+                                        "guided_regex",
+                                        "guided_choice",
+                                        "guided_grammar",
+                                        "guided_whitespace_pattern",
+                                        "guided_decoding_backend"};
+  bool any = false;
+  for (const char* key : kFields) any = any || present(unordered, key);
+  if (!any) return;  // the common case: no second parse
+  const json body = json::parse(body_text);
   std::vector<Found> found;
   response_format(body, found);
   structured_outputs(body, found);
@@ -187,11 +203,13 @@ TokenConstraints structured_output_constraints(const CompletionRequest& r,
 }
 
 TokenConstraints tool_choice_constraints(const GrammarCompiler& compiler, const std::string& format,
-                                         const json& tools, const json& tool_choice,
-                                         ToolReasoning reasoning) {
+                                         const std::string& body_text, ToolReasoning reasoning) {
+  const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object() || !present(body, "tool_choice")) return {};
+  const json tools = body.contains("tools") ? body["tools"] : json();
   std::shared_ptr<TokenConstraint> c;
   try {
-    c = make_tool_call_constraint(compiler, format, tools, tool_choice, reasoning);
+    c = make_tool_call_constraint(compiler, format, tools, body["tool_choice"], reasoning);
   } catch (const std::invalid_argument& e) {
     throw ApiError(400, e.what(), "invalid_request_error", "tool_choice");
   } catch (const GrammarError& e) {

@@ -22,8 +22,11 @@
 
 namespace ninfer {
 
-// Fills r.grammar / r.grammar_param from the body; throws ApiError (400).
-void parse_structured_output(const nlohmann::json& body, CompletionRequest& r);
+// Fills r.grammar / r.grammar_param from the body (`body_text` is its text: a schema is
+// read from it in its own key order, the order xgrammar makes the output follow); throws
+// ApiError (400).
+void parse_structured_output(const nlohmann::json& body, const std::string& body_text,
+                             CompletionRequest& r);
 
 // The request's grammar as engine constraints (none without one): compiled here, so a
 // grammar xgrammar rejects is a 400 before the request is queued. `compiler` may be null

@@ -161,10 +161,28 @@ struct GrammarCompilerImpl {
         } catch (const std::out_of_range&) {
         }
       }
+      check_concatenating(encoded);
       xgrammar::TokenizerInfo info(encoded, xgrammar::VocabType::RAW, vocab_size, stop_ids);
       compiler.emplace(info, default_threads(options.compile_threads), /*cache_enabled=*/false);
     }
     return *compiler;
+  }
+
+  // The grammar sees a token as its bytes, so the text must be the tokens' bytes one
+  // after another: true of byte-level decoders, not of a decoder that joins tokens with
+  // spaces (a tokenizer.json without one).
+  void check_concatenating(const std::vector<std::string>& encoded) const {
+    std::vector<int32_t> ascii;
+    for (int32_t id = 0; id < static_cast<int32_t>(encoded.size()) && ascii.size() < 2; ++id) {
+      const std::string& b = encoded[id];
+      if (!b.empty() && std::all_of(b.begin(), b.end(), [](char c) { return c > ' ' && c < 127; }))
+        ascii.push_back(id);
+    }
+    if (ascii.size() == 2 &&
+        tokenizer.decode(ascii, false) != encoded[ascii[0]] + encoded[ascii[1]])
+      throw GrammarError(
+          "structured output needs a tokenizer whose text is its tokens' bytes in a row (a "
+          "byte-level decoder); this one's decoder joins tokens with spaces");
   }
 
   xgrammar::CompiledGrammar compile(const GrammarSpec& spec) {

@@ -5,7 +5,7 @@
 
 namespace ninfer {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -21,8 +21,10 @@ struct CallSyntax {
 const CallSyntax* syntax(const std::string& format) {
   static const CallSyntax hermes{
       "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "json", "\n", false};
+  // The arguments' XML ends with the newline after its last </parameter> (a call without
+  // arguments has none: "<function=NAME>\n</function>").
   static const CallSyntax qwen3_coder{
-      "<tool_call>\n<function=", ">\n", "\n</function>\n</tool_call>", "qwen_xml", "\n", false};
+      "<tool_call>\n<function=", ">\n", "</function>\n</tool_call>", "qwen_xml", "\n", false};
   static const CallSyntax llama3_json{
       "{\"name\": \"", "\", \"parameters\": ", "}", "json", "", true};
   if (format == "hermes") return &hermes;

@@ -82,16 +82,16 @@ PYBIND11_MODULE(ninfer_grammar_ext, m) {
           [](Compiler& c, const std::string& format, const std::string& tools,
              const std::string& tool_choice, const std::string& reasoning) {
             return as_grammar(ninfer::make_tool_call_constraint(
-                *c.compiler, format, nlohmann::json::parse(tools),
-                nlohmann::json::parse(tool_choice), reasoning_of(reasoning)));
+                *c.compiler, format, nlohmann::ordered_json::parse(tools),
+                nlohmann::ordered_json::parse(tool_choice), reasoning_of(reasoning)));
           },
           py::arg("format"), py::arg("tools"), py::arg("tool_choice"),
           py::arg("reasoning") = "none");
   m.def(
       "tool_structural_tag",
       [](const std::string& format, const std::string& tools, const std::string& tool_choice) {
-        return ninfer::tool_call_structural_tag(format, nlohmann::json::parse(tools),
-                                                nlohmann::json::parse(tool_choice));
+        return ninfer::tool_call_structural_tag(format, nlohmann::ordered_json::parse(tools),
+                                                nlohmann::ordered_json::parse(tool_choice));
       },
       py::arg("format"), py::arg("tools"), py::arg("tool_choice"));
 }
