@@ -29,17 +29,18 @@ import httpx
 
 from ninfer.bench.checkpoints import SIZES, build_checkpoint
 
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "title": {"type": "string", "maxLength": 12},
-        "score": {"type": "integer", "minimum": 0, "maximum": 100},
-        "essay": {"type": "string", "minLength": 600, "maxLength": 600},
-        "done": {"type": "boolean"},
-    },
-    "required": ["title", "score", "essay", "done"],
-    "additionalProperties": False,
-}
+def schema(essay_chars: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "maxLength": 12},
+            "score": {"type": "integer", "minimum": 0, "maximum": 100},
+            "essay": {"type": "string", "minLength": essay_chars, "maxLength": essay_chars},
+            "done": {"type": "boolean"},
+        },
+        "required": ["title", "score", "essay", "done"],
+        "additionalProperties": False,
+    }
 
 
 def post(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
@@ -54,6 +55,8 @@ def main() -> None:
     ap.add_argument("--size", choices=sorted(SIZES), default="small")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--essay-chars", type=int, default=600,
+                    help="length of the schema's fixed-length string (sets the reply length)")
     ap.add_argument("--build-dir", type=Path,
                     help="serve this build instead of compiling the benchmark model")
     args = ap.parse_args()
@@ -80,10 +83,12 @@ def main() -> None:
     tokens: list[int] = []
     with open_endpoint(out, None, threads=args.threads) as ep, \
             httpx.Client(base_url=ep.base_url, timeout=600) as client:
-        fmt = {"type": "json_schema", "json_schema": {"name": "review", "schema": SCHEMA}}
+        context = client.get("/v1/models").json()["data"][0]["max_model_len"]
+        fmt = {"type": "json_schema",
+               "json_schema": {"name": "review", "schema": schema(args.essay_chars)}}
         post(client, {"messages": messages, "max_tokens": 8, "response_format": fmt})  # warm-up
         for seed in range(args.rounds):
-            c = post(client, {"messages": messages, "seed": seed, "max_tokens": 900,
+            c = post(client, {"messages": messages, "seed": seed, "max_tokens": context - 64,
                               "response_format": fmt})
             if c["choices"][0]["finish_reason"] != "stop":
                 raise SystemExit(f"round {seed}: the constrained output did not finish: {c}")
