@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBS=(libcpp-httplib-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev pybind11-dev
-      pkg-config ccache g++ python3-venv)
+      pkg-config ccache g++ python3-venv patch)
 missing=()
 for p in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,4 +29,29 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".[test]"
   touch "$stamp"
+fi
+
+# xgrammar's C++ core (structured output) is built into the server from its PyPI source
+# distribution (runtime_cpp/structured/xgrammar.cmake); only the sources are fetched here,
+# then our fixes to them (runtime_cpp/structured/xgrammar-*.patch) are applied.
+# --no-binary names xgrammar alone so that pip takes its build backend as wheels: it
+# prepares the sdist's metadata in seconds instead of building the backend from source.
+XGRAMMAR_VERSION=0.2.8
+XGRAMMAR_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+xg_dir=build/third_party/xgrammar-$XGRAMMAR_VERSION
+xg_patches=(runtime_cpp/structured/xgrammar-"$XGRAMMAR_VERSION"-*.patch)
+xg_stamp=$(cat "${xg_patches[@]}" | sha256sum | cut -c1-16)
+if [ "$(cat "$xg_dir/.ninfer-prepared" 2>/dev/null)" != "$xg_stamp" ]; then
+  echo "setup: fetching xgrammar $XGRAMMAR_VERSION sources"
+  dl=build/third_party/download
+  mkdir -p "$dl"
+  sdist=$dl/xgrammar-$XGRAMMAR_VERSION.tar.gz
+  if [ ! -s "$sdist" ]; then
+    .venv/bin/pip download -q --no-deps --no-binary xgrammar "xgrammar==$XGRAMMAR_VERSION" -d "$dl"
+  fi
+  echo "$XGRAMMAR_SHA256  $sdist" | sha256sum -c --quiet -
+  rm -rf "$xg_dir"
+  tar -xzf "$sdist" -C build/third_party
+  for p in "${xg_patches[@]}"; do patch -s -d "$xg_dir" -p1 < "$p"; done
+  echo "$xg_stamp" > "$xg_dir/.ninfer-prepared"
 fi

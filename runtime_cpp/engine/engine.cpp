@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 #include "engine/clock.h"
 #include "engine/stop_matcher.h"

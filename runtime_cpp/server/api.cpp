@@ -5,6 +5,8 @@
 
 #include <random>
 
+#include "server/structured_output.h"
+
 namespace ninfer {
 
 using nlohmann::json;
@@ -87,12 +89,13 @@ std::string requested_model(const json& body, const std::vector<std::string>& se
 CompletionRequest parse_completion_request(const std::string& body_text, bool chat,
                                            const std::vector<std::string>& served_models,
                                            int vocab_size) {
-  return parse_completion_request(parse_body(body_text), chat, served_models, vocab_size);
+  return parse_completion_request(parse_body(body_text), chat, served_models, vocab_size,
+                                  &body_text);
 }
 
 CompletionRequest parse_completion_request(const json& body, bool chat,
                                            const std::vector<std::string>& served_models,
-                                           int vocab_size) {
+                                           int vocab_size, const std::string* body_text) {
   if (!body.is_object()) bad("", "request body must be a JSON object");
   CompletionRequest r;
   r.chat = chat;
@@ -164,6 +167,8 @@ CompletionRequest parse_completion_request(const json& body, bool chat,
   r.return_token_ids = get_bool(body, "return_token_ids", false);
   r.ignore_eos = get_bool(body, "ignore_eos", false);
   parse_sampling_params(body, chat, vocab_size, r);
+  // A schema keeps the key order of the text it came in (a translated body: sorted).
+  parse_structured_output(body, body_text ? *body_text : body.dump(), r);
   return r;
 }
 

@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "server/chat_output.h"
+#include "structured/grammar.h"
 #include "text/chat_format.h"
 
 namespace ninfer {
@@ -54,6 +55,10 @@ struct CompletionRequest {
   nlohmann::json tool_choice;           // chat: null, a string or object
   nlohmann::json chat_template_kwargs = nlohmann::json::object();  // chat
   OutputRequest output;  // chat: reasoning and tool-call settings (server/chat_output.h)
+  // Structured output (server/structured_output.cpp): the grammar the output must follow,
+  // and the request field it came from (for errors).
+  std::optional<GrammarSpec> grammar;
+  std::string grammar_param;
 };
 
 // Parses and validates a request body; throws ApiError (400/404) naming the field.
@@ -64,7 +69,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat,
                                            int vocab_size);
 CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat,
                                            const std::vector<std::string>& served_models,
-                                           int vocab_size);
+                                           int vocab_size, const std::string* body_text = nullptr);
 // The served name a body's `model` asks for (the first name when it names none); 404
 // model_not_found for a name this server does not serve.
 std::string requested_model(const nlohmann::json& body,

@@ -27,6 +27,7 @@
 #include "server/routes.h"
 #include "server/sampling_params.h"
 #include "server/serving_state.h"
+#include "structured/grammar.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 
@@ -89,6 +90,8 @@ struct Loaded {
   std::unique_ptr<Model> model;
   Metrics metrics;
   std::unique_ptr<Engine> engine;
+  // Structured output: the grammar engine's view of the vocabulary is built on first use.
+  std::unique_ptr<GrammarCompiler> grammars;
   std::unique_ptr<Routes> routes;
 };
 
@@ -106,8 +109,9 @@ void load(Loaded& l, const Options& opt, const ModelInfo& compiled, EngineOption
   l.model = create_model(*l.artifact);
   eo.metrics = &l.metrics;
   eo.request_log = request_log;
-  l.engine = std::make_unique<Engine>(*l.model, *l.tokenizer,
-                                      m.at("eos_token_ids").get<std::vector<int32_t>>(), eo);
+  const auto eos_ids = m.at("eos_token_ids").get<std::vector<int32_t>>();
+  l.grammars = std::make_unique<GrammarCompiler>(*l.tokenizer, l.model->info().vocab_size, eos_ids);
+  l.engine = std::make_unique<Engine>(*l.model, *l.tokenizer, eos_ids, eo);
   std::vector<std::string> names = opt.served_model_names;
   if (names.empty()) names.push_back(m.at("model").at("id").get<std::string>());
   const GenerationDefaults defaults =

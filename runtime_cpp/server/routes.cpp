@@ -17,6 +17,7 @@
 #include "server/chat_output.h"
 #include "server/client_watch.h"
 #include "server/logprobs_json.h"
+#include "server/structured_output.h"
 
 namespace ninfer {
 namespace {
@@ -301,6 +302,12 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
   g.min_tokens = r.min_tokens;
   g.stop_token_ids = r.stop_token_ids;
   g.logprobs = r.logprobs;
+  for (auto& c : structured_output_constraints(r, grammars)) g.constraints.push_back(std::move(c));
+  if (n > 1 && !g.constraints.empty())
+    throw ApiError(400,
+                   "n > 1 cannot be combined with a thinking budget or structured output yet "
+                   "(their state is per choice)",
+                   "invalid_request_error", "n");
   ResponseContext ctx{id.empty() ? new_request_id(is_chat) : std::move(id),
                       static_cast<int64_t>(std::time(nullptr)), r.model, is_chat};
   g.id = ctx.id;

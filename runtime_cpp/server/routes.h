@@ -28,6 +28,7 @@
 #include "server/api.h"
 #include "server/output_parser.h"
 #include "server/sampling_params.h"
+#include "structured/grammar.h"
 #include "text/chat_format.h"
 #include "text/tokenizer.h"
 
@@ -71,6 +72,7 @@ struct Routes {
   std::vector<std::string> model_names;  // --served-model-name; responses carry the first
   GenerationDefaults defaults;           // generation_config.json, for fields a request leaves out
   OutputConfig output;                   // reasoning and tool-call parsers (server/chat_output.h)
+  const GrammarCompiler* grammars = nullptr;  // structured output; null: refused with 400
   // Generations being answered (streams until their last write): a stopping server
   // answers them before it closes the port.
   mutable std::atomic<int> in_flight{0};
