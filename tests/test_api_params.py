@@ -9,8 +9,9 @@ for value. Requests go through the official `openai` client (vLLM's extensions t
 `extra_body`); the table is checked against the parameters of the installed client.
 
 Statuses: "honoured" (a test of its effect), "noop" (metadata: the output is unchanged),
-"refused" (400 with `param` naming it), "lead" (owned by another part of issue 13: tools,
-structured output, templates, reasoning; the lead fills these in when merging).
+"refused" (400 with `param` naming it), "elsewhere" (honoured, and checked by the named
+test of the module that owns it: tools and reasoning in test_output_parsers.py, structured
+output in test_structured_output.py; the table asserts those tests exist).
 """
 
 from __future__ import annotations
@@ -408,7 +409,22 @@ REFUSED_VALUES: dict[str, Any] = {
     "prediction": {"type": "content", "content": "x"}, "verbosity": "low",
     "web_search_options": {}, "moderation": {"input": {"mode": "block"}}, "suffix": "end"}
 
-H, N, R, L = "honoured", "noop", "refused", "lead"
+H, N, R, L = "honoured", "noop", "refused", "elsewhere"
+
+# name -> the test that checks an "elsewhere" parameter (module::function)
+ELSEWHERE = {
+    "reasoning_effort": "test_output_parsers::test_thinking_off_has_no_reasoning",
+    "chat_template_kwargs": "test_output_parsers::test_thinking_off_has_no_reasoning",
+    "tools": "test_output_parsers::test_hermes_tool_calls",
+    "tool_choice": "test_output_parsers::test_hermes_tool_calls",
+    "parallel_tool_calls": "test_output_parsers::test_hermes_tool_calls",
+    "response_format": "test_structured_output::test_json_schema_20_of_20",
+    "structured_outputs": "test_structured_output::test_fake_server_choice",
+    "guided_json": "test_structured_output::test_fake_server_accepts_the_plain_forms",
+    "guided_regex": "test_structured_output::test_fake_server_regex_streamed",
+    "guided_choice": "test_structured_output::test_fake_server_choice",
+    "guided_grammar": "test_structured_output::test_fake_server_accepts_the_plain_forms",
+}
 
 # name -> (status, effect check for both endpoints or per endpoint)
 CHAT: dict[str, tuple[str, Callable[[openai.OpenAI], None] | None]] = {
@@ -417,7 +433,7 @@ CHAT: dict[str, tuple[str, Callable[[openai.OpenAI], None] | None]] = {
     "functions": (R, None), "logit_bias": (H, check_logit_bias),
     "logprobs": (H, check_logprobs_chat), "max_completion_tokens": (H, check_max_tokens),
     "max_tokens": (H, check_max_tokens), "metadata": (N, None), "modalities": (H, check_modalities),
-    "moderation": (R, None), "n": (H, check_n), "parallel_tool_calls": (R, None),
+    "moderation": (R, None), "n": (H, check_n), "parallel_tool_calls": (L, None),
     "prediction": (R, None), "presence_penalty": (H, check_presence_penalty),
     "prompt_cache_key": (N, None), "prompt_cache_options": (N, None),
     "prompt_cache_retention": (N, None), "reasoning_effort": (L, None),
@@ -479,12 +495,9 @@ def test_table_covers_every_documented_parameter() -> None:
 
 def _rows() -> list[Any]:
     rows = []
-    lead = pytest.mark.skip(reason="owned by another part of issue 13; the lead fills this "
-                                   "row in when merging")
     for endpoint, table in (("chat", CHAT), ("completions", COMPLETIONS)):
         for name, (status, _check) in table.items():
-            marks = [lead] if status == L else []
-            rows.append(pytest.param(endpoint, name, id=f"{endpoint}-{name}", marks=marks))
+            rows.append(pytest.param(endpoint, name, id=f"{endpoint}-{name}"))
     return rows
 
 
@@ -505,6 +518,11 @@ def test_parameter(client: openai.OpenAI, endpoint: str, name: str) -> None:
         base = send(client, temperature=1.0, seed=11)
         with_it = send(client, temperature=1.0, seed=11, extra_body={name: NOOP_VALUES[name]})
         assert _ids(with_it.choices[0]) == _ids(base.choices[0])
+    elif status == L:
+        import importlib
+
+        module, function = ELSEWHERE[name].split("::")
+        assert callable(getattr(importlib.import_module(module), function))
     else:
         assert status == R
         _refused(lambda: send(client, extra_body={name: REFUSED_VALUES[name]}), name)

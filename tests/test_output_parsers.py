@@ -298,6 +298,10 @@ def test_hermes_tool_calls(scripted: Callable[..., Any]) -> None:
     assert r["message"]["content"] == HERMES.split("</think>\n\n")[1]
     # no tools: no parsing either
     assert _plain(srv)["message"]["content"] == HERMES.split("</think>\n\n")[1]
+    # tool_choice required: the grammar (xgrammar) lets the scripted calls through
+    r = _both(srv, tools=TOOLS, tool_choice="required")
+    assert r["finish"] == "tool_calls"
+    assert [c["function"]["name"] for c in r["message"]["tool_calls"]] == ["get_weather", "get_time"]
 
 
 def test_malformed_tool_call_is_content(scripted: Callable[..., Any]) -> None:
@@ -364,7 +368,7 @@ def _status(srv: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
 def test_refusals_name_the_field(scripted: Callable[..., Any]) -> None:
     srv = scripted(THINK)
-    for body, param in [({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
+    for body, param in [({"tool_choice": "required"}, "tool_choice"),
                         ({"tool_choice": "auto"}, "tool_choice"),
                         ({"tools": [{"type": "function"}]}, "tools[0]"),
                         ({"reasoning_effort": "extreme"}, "reasoning_effort"),

@@ -46,10 +46,6 @@ void parse_tool_choice(const json& body, CompletionRequest& r) {
       bad("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a named function");
     if (s != "none" && !has_tools)
       bad("tool_choice", "'tool_choice' is only allowed when 'tools' are given");
-    if (s == "required")
-      bad("tool_choice",
-          "'tool_choice': 'required' needs the output constrained by the grammar engine, "
-          "which this server does not have yet; use 'auto'");
   } else if (c.is_object()) {
     if (c.value("type", "") != "function" || !c.contains("function") ||
         !c["function"].is_object() || !c["function"].contains("name") ||
@@ -57,9 +53,6 @@ void parse_tool_choice(const json& body, CompletionRequest& r) {
       bad("tool_choice",
           "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
     if (!has_tools) bad("tool_choice", "'tool_choice' is only allowed when 'tools' are given");
-    bad("tool_choice",
-        "a named 'tool_choice' needs the output constrained by the grammar engine, which this "
-        "server does not have yet; use 'auto'");
   } else {
     bad("tool_choice", "'tool_choice' must be a string or an object");
   }

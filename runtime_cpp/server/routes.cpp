@@ -143,6 +143,29 @@ std::vector<int32_t> Routes::prompt_tokens(const CompletionRequest& r,
   return tokenizer.encode(r.prompt, /*add_special_tokens=*/true);
 }
 
+TokenConstraints Routes::forced_tool_call(const CompletionRequest& r,
+                                          const std::string& prompt) const {
+  const bool forced =
+      (r.tool_choice.is_string() && r.tool_choice == "required") || r.tool_choice.is_object();
+  if (!forced) return {};
+  if (output.parsers.tool_calls == ToolCallFormat::kNone)
+    throw ApiError(400,
+                   "this server has no tool-call format (the chat template shows none; set "
+                   "--tool-call-parser), so it cannot force a tool call",
+                   "invalid_request_error", "tool_choice");
+  if (!grammars)
+    throw ApiError(400, "forcing a tool call needs the grammar engine, which this server lacks",
+                   "invalid_request_error", "tool_choice");
+  ToolReasoning reasoning = ToolReasoning::kNone;
+  switch (reasoning_start(output.parsers.reasoning, prompt)) {
+    case ReasoningStart::kInside: reasoning = ToolReasoning::kInsideThink; break;
+    case ReasoningStart::kMaybe: reasoning = ToolReasoning::kThinkBlock; break;
+    default: break;
+  }
+  return tool_choice_constraints(*grammars, format_name(output.parsers.tool_calls), r.tools,
+                                 r.tool_choice, reasoning);
+}
+
 std::shared_ptr<RequestState> Routes::submit(GenerationRequest g, httplib::Response& res,
                                              bool is_chat) const {
   try {
@@ -303,6 +326,9 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
   g.stop_token_ids = r.stop_token_ids;
   g.logprobs = r.logprobs;
   for (auto& c : structured_output_constraints(r, grammars)) g.constraints.push_back(std::move(c));
+  if (is_chat) {  // tool_choice "required" or a named function: the grammar forces the call
+    for (auto& c : forced_tool_call(r, rendered)) g.constraints.push_back(std::move(c));
+  }
   if (n > 1 && !g.constraints.empty())
     throw ApiError(400,
                    "n > 1 cannot be combined with a thinking budget or structured output yet "

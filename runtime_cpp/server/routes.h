@@ -102,6 +102,9 @@ struct Routes {
   void run(const httplib::Request& req, httplib::Response& res, CompletionRequest r,
            GenerationSink sink, std::string id = "") const;
   nlohmann::json model_entry(const std::string& name) const;
+  // The grammar of a tool_choice that forces a call ("required", a named function) in the
+  // server's tool-call format; empty otherwise. 400 when the server cannot force one.
+  TokenConstraints forced_tool_call(const CompletionRequest& r, const std::string& prompt) const;
   std::shared_ptr<RequestState> submit(GenerationRequest g, httplib::Response& res,
                                        bool is_chat) const;
   nlohmann::json logprobs_json(bool chat, const std::vector<TokenLogprob>& lps,
