@@ -29,6 +29,7 @@ import httpx
 
 from ninfer.bench.checkpoints import SIZES, build_checkpoint
 
+
 def schema(essay_chars: int) -> dict[str, Any]:
     return {
         "type": "object",

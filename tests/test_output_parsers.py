@@ -301,7 +301,8 @@ def test_hermes_tool_calls(scripted: Callable[..., Any]) -> None:
     # tool_choice required: the grammar (xgrammar) lets the scripted calls through
     r = _both(srv, tools=TOOLS, tool_choice="required")
     assert r["finish"] == "tool_calls"
-    assert [c["function"]["name"] for c in r["message"]["tool_calls"]] == ["get_weather", "get_time"]
+    names = [c["function"]["name"] for c in r["message"]["tool_calls"]]
+    assert names == ["get_weather", "get_time"]
 
 
 def test_malformed_tool_call_is_content(scripted: Callable[..., Any]) -> None:
