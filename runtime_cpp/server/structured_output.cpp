@@ -203,13 +203,16 @@ TokenConstraints structured_output_constraints(const CompletionRequest& r,
 }
 
 TokenConstraints tool_choice_constraints(const GrammarCompiler& compiler, const std::string& format,
-                                         const std::string& body_text, ToolReasoning reasoning) {
-  const json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  if (!body.is_object() || !present(body, "tool_choice")) return {};
-  const json tools = body.contains("tools") ? body["tools"] : json();
+                                         const nlohmann::json& tools_in,
+                                         const nlohmann::json& tool_choice_in,
+                                         ToolReasoning reasoning) {
+  if (tool_choice_in.is_null()) return {};
+  // (The parsed request's objects are key-sorted; a tool's properties follow that order.)
+  const json tools = json::parse(tools_in.dump());
+  const json tool_choice = json::parse(tool_choice_in.dump());
   std::shared_ptr<TokenConstraint> c;
   try {
-    c = make_tool_call_constraint(compiler, format, tools, body["tool_choice"], reasoning);
+    c = make_tool_call_constraint(compiler, format, tools, tool_choice, reasoning);
   } catch (const std::invalid_argument& e) {
     throw ApiError(400, e.what(), "invalid_request_error", "tool_choice");
   } catch (const GrammarError& e) {
