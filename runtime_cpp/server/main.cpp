@@ -121,9 +121,9 @@ void load(Loaded& l, const Options& opt, const ModelInfo& compiled, EngineOption
   if (!defaults.empty())
     std::printf("ninfer-server: defaults from generation_config.json: %s\n",
                 defaults.describe().c_str());
-  l.routes =
-      std::unique_ptr<Routes>(new Routes{*l.engine, *l.tokenizer, *l.chat, l.metrics,
-                                         std::move(names), defaults, resolve_output(opt, m)});
+  l.routes = std::unique_ptr<Routes>(new Routes{*l.engine, *l.tokenizer, *l.chat, l.metrics,
+                                                std::move(names), defaults, resolve_output(opt, m),
+                                                l.grammars.get()});
 }
 
 int run(int argc, char** argv) {
