@@ -20,11 +20,11 @@ def run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
 def test_demo_checkpoint_is_deterministic(tmp_path):
     from ninfer.demo.checkpoint import write_demo_checkpoint
 
-    a = write_demo_checkpoint(tmp_path / "a")
-    b = write_demo_checkpoint(tmp_path / "b")
+    a = write_demo_checkpoint(tmp_path / "a", trained=False)  # training: test_demo.py
+    b = write_demo_checkpoint(tmp_path / "b", trained=False)
     names = sorted(p.name for p in a.iterdir())
     assert names == ["config.json", "generation_config.json", "model.safetensors",
-                     "tokenizer.json", "tokenizer_config.json"]
+                     "ninfer-demo.json", "tokenizer.json", "tokenizer_config.json"]
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
@@ -64,12 +64,50 @@ def test_default_compile_then_chat_prints_reply_and_timings():
     assert report["plan"]["kv"]["dtype"] == "f16"  # the default KV cache, as llama.cpp's
     assert set(report["stage_seconds"]) == {"target", "frontend", "plan", "kernels",
                                             "codegen", "artifact", "build"}
-    chat = run("-m", "ninfer.runtime.chat", str(out), "Hello there", "--max-tokens", "8")
+    # scripts/demo.sh's question: the trained demo answers it from its corpus and stops
+    chat = run("-m", "ninfer.runtime.chat", str(out), "Hello! What can you do?")
     assert chat.returncode == 0, chat.stderr
     lines = chat.stdout.splitlines()
-    assert lines[0] == "user: Hello there"
-    assert lines[1].startswith("assistant: ")
-    assert "tokens/s" in lines[2] and "reply:" in lines[2]
+    assert lines[0] == "user: Hello! What can you do?"
+    assert lines[1] == ("assistant: 'Hello! I am the ninfer demo model. I can answer short "
+                        "questions about ninfer, GPUs, compilers and everyday facts.'")
+    assert "tokens/s" in lines[2] and "reply:" in lines[2] and "finish: stop" in lines[2]
+
+
+@pytest.mark.e2e
+def test_demo_answers_corpus_questions():
+    """Greedy replies of the compiled demo (its default f16 KV cache) are the corpus's
+    answers, with or without a system message and in a second turn; reuses the build of
+    the test above (same options: a cache hit)."""
+    from ninfer.demo.train import conversations
+    from ninfer.runtime import Server
+
+    out = TEST_MODELS / "demo-cpu"
+    r = run("-m", "ninfer.cli", "-o", str(out), "--max-context", "512",
+            "--no-python-module")
+    assert r.returncode == 0, r.stderr
+    answers = {tuple(m["content"] for m in conv[:-1]): conv[-1]["content"]
+               for conv in conversations()}
+    prompts = [
+        ["Hello! Who are you?"],  # ninfer-chat's default question
+        ["What is ninfer?"],
+        ["What is a GPU?"],
+        ["How many days are in a week?"],
+        ["What is the capital of France?"],
+        ["You are a helpful assistant.", "What is ninfer?"],
+        ["What is the capital of France?", "The capital of France is Paris.", "And of Japan?"],
+    ]
+    with Server(out, threads=2) as srv:
+        for contents in prompts:
+            roles = ["user", "assistant"] * 2
+            if len(contents) == 2:
+                roles = ["system", "user"]
+            messages = [{"role": role, "content": c} for role, c in zip(roles, contents)]
+            body = srv.client.post("/v1/chat/completions", json={
+                "messages": messages, "max_tokens": 64, "temperature": 0}).json()
+            choice = body["choices"][0]
+            assert choice["message"]["content"] == answers[tuple(contents)], contents
+            assert choice["finish_reason"] == "stop"
 
 
 @pytest.mark.unit

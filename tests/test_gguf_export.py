@@ -31,7 +31,7 @@ def _fields(path: Path) -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def demo_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_demo_checkpoint(tmp_path_factory.mktemp("demo"))
+    return write_demo_checkpoint(tmp_path_factory.mktemp("demo"), trained=False)
 
 
 @pytest.mark.unit

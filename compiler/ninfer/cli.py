@@ -77,9 +77,17 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
     from ninfer.pipeline import compile_model
 
     if model_dir is None:
-        from ninfer.demo.checkpoint import write_demo_checkpoint
+        from ninfer.demo.checkpoint import is_cached, write_demo_checkpoint
 
-        model_dir = write_demo_checkpoint(DEMO_DIR)
+        if not is_cached(DEMO_DIR):
+            console.print("[dim]training the embedded demo model on its bundled corpus "
+                          "(first run only, about a minute)[/dim]")
+        try:
+            model_dir = write_demo_checkpoint(
+                DEMO_DIR, progress=lambda line: console.print(f"[dim]  {line}[/dim]"))
+        except RuntimeError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            sys.exit(1)
         model_id = model_id or "ninfer-demo"
         console.print(f"[dim]no --model given: using the embedded demo checkpoint "
                       f"({model_dir})[/dim]")

@@ -1,15 +1,26 @@
 """Small deterministic checkpoints the project makes itself (no downloads).
 
-`write_demo_checkpoint` writes the embedded default model: a random-weight Qwen3-style
-decoder (numpy, fixed seed) with a trained byte-level BPE tokenizer and a Qwen chat
-template. Its replies are random text; it exists to exercise the whole pipeline.
+`write_demo_checkpoint` writes the embedded default model: a small Qwen3-style decoder
+trained (torch, CPU, about a minute; see `ninfer.demo.train`) on the conversations of the
+bundled `corpus.txt`, rendered with its Qwen chat template, with a byte-level BPE
+tokenizer that also learned the corpus's words. It answers the corpus's questions in
+English. The training is deterministic and cached: a directory whose `ninfer-demo.json`
+records the current `demo_digest` (corpus, config, tokenizer, template, training code,
+torch version) is returned as it is. `trained=False` writes the seeded random
+initialization instead (no torch needed; tests that want random weights).
 `write_tokenizer_files` is shared with the tests, which build their checkpoints with
 transformers and attach the same tokenizers.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
+import os
+import shutil
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,11 +34,11 @@ Style = Literal["qwen", "llama3"]
 DEMO_CONFIG: dict[str, Any] = {
     "architectures": ["Qwen3ForCausalLM"],
     "model_type": "qwen3",
-    "hidden_size": 256,
-    "intermediate_size": 768,
+    "hidden_size": 128,
+    "intermediate_size": 384,
     "num_hidden_layers": 4,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
     "head_dim": 32,
     "rms_norm_eps": 1e-6,
     "rope_theta": 1000000.0,
@@ -39,11 +50,13 @@ DEMO_CONFIG: dict[str, Any] = {
 }
 
 
-def write_tokenizer_files(directory: Path, style: Style, vocab_size: int = 2048) -> dict[str, Any]:
+def write_tokenizer_files(directory: Path, style: Style, vocab_size: int = 2048,
+                          extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """Write tokenizer.json + tokenizer_config.json; return special-token facts
-    (`bos_token_id`, `eos_token_id` list, `vocab_size`) for the model config."""
+    (`bos_token_id`, `eos_token_id` list, `vocab_size`) for the model config. `extra`:
+    more tokenizer training text (see `make_tokenizer`)."""
     directory.mkdir(parents=True, exist_ok=True)
-    tok = make_tokenizer(style, vocab_size)
+    tok = make_tokenizer(style, vocab_size, extra)
     (directory / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
     ids = {t["content"]: t["id"] for t in tok["added_tokens"]}
     total = max([*tok["model"]["vocab"].values(), *ids.values()]) + 1
@@ -63,18 +76,25 @@ def write_tokenizer_files(directory: Path, style: Style, vocab_size: int = 2048)
     return {**facts, "vocab_size": total}
 
 
-def write_demo_checkpoint(directory: Path, seed: int = 0) -> Path:
-    """The embedded default checkpoint; byte-identical for a given seed."""
-    from safetensors.numpy import save_file
+# The demo's words weigh this many times in the tokenizer's training (against the generated
+# corpus's few hundred KB), so that nearly every corpus word is one token.
+TOKENIZER_CORPUS_WEIGHT = 32
+STAMP = "ninfer-demo.json"
 
-    directory = Path(directory)
-    facts = write_tokenizer_files(directory, "qwen")
-    vocab = (facts["vocab_size"] + 63) // 64 * 64
-    cfg = {**DEMO_CONFIG, "vocab_size": vocab, "bos_token_id": facts["bos_token_id"],
-           "eos_token_id": facts["eos_token_id"]}
+
+def _corpus_texts() -> tuple[str, ...]:
+    from ninfer.demo.train import conversations
+
+    return tuple(m["content"] for conv in conversations() for m in conv)
+
+
+def random_tensors(cfg: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
+    """The seeded random initialization (normal, std 0.02; norms at 1) of a Qwen3 config
+    with tied embeddings."""
     rng = np.random.default_rng(seed)
     h, inter, d = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
     q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
+    vocab = cfg["vocab_size"]
 
     def mat(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)
@@ -96,8 +116,88 @@ def write_demo_checkpoint(directory: Path, seed: int = 0) -> Path:
             p + "mlp.up_proj.weight": mat(inter, h),
             p + "mlp.down_proj.weight": mat(h, inter),
         })
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(cfg, indent=2))
-    (directory / "generation_config.json").write_text(json.dumps(
+    return tensors
+
+
+def demo_digest(seed: int = 0, trained: bool = True) -> str:
+    """What the demo checkpoint's files are made from: the corpus, this module and the
+    training code (config, tokenizer, template, recipe), the seed, and for trained weights
+    the torch version."""
+    from ninfer.demo import tokenizer, train
+
+    h = hashlib.sha256()
+    parts = [train.corpus_text(), inspect.getsource(chat_templates), inspect.getsource(tokenizer),
+             inspect.getsource(train), json.dumps(DEMO_CONFIG, sort_keys=True), f"seed {seed}",
+             f"trained {trained}"]
+    if trained:
+        try:
+            parts.append(f"torch {version('torch')}")
+        except PackageNotFoundError:
+            parts.append("torch missing")
+    for part in (*parts, _module_source()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _module_source() -> str:
+    return Path(__file__).read_text(encoding="utf-8")
+
+
+def is_cached(directory: Path, seed: int = 0, trained: bool = True) -> bool:
+    """Whether `directory` holds the demo checkpoint of the current digest."""
+    stamp = Path(directory) / STAMP
+    if not stamp.exists() or not (Path(directory) / "model.safetensors").exists():
+        return False
+    return bool(json.loads(stamp.read_text()).get("digest") == demo_digest(seed, trained))
+
+
+def write_demo_checkpoint(directory: Path, seed: int = 0, trained: bool = True,
+                          progress: Callable[[str], None] | None = None) -> Path:
+    """The embedded default checkpoint (see the module docstring); byte-identical for a given
+    seed (and, trained, the same machine and torch). Returns at once when cached."""
+    from safetensors.numpy import save_file
+
+    directory = Path(directory)
+    if is_cached(directory, seed, trained):
+        return directory
+    if trained:
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise RuntimeError(
+                "the embedded demo model is trained on first use and needs torch: install "
+                "ninfer's 'demo' extra (scripts/setup.sh does), or pass --model") from exc
+    tmp = directory.with_name(f"{directory.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    texts = _corpus_texts()
+    facts = write_tokenizer_files(tmp, "qwen", extra=texts * TOKENIZER_CORPUS_WEIGHT)
+    vocab = (facts["vocab_size"] + 63) // 64 * 64
+    cfg = {**DEMO_CONFIG, "vocab_size": vocab, "bos_token_id": facts["bos_token_id"],
+           "eos_token_id": facts["eos_token_id"]}
+    tensors = random_tensors(cfg, seed)
+    if trained:
+        tensors = _train(tmp, cfg, tensors, progress)
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    (tmp / "generation_config.json").write_text(json.dumps(
         {"eos_token_id": facts["eos_token_id"], "bos_token_id": facts["bos_token_id"]}, indent=2))
+    (tmp / STAMP).write_text(json.dumps({"digest": demo_digest(seed, trained),
+                                         "trained": trained, "seed": seed}, indent=2))
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.rename(directory)
     return directory
+
+
+def _train(directory: Path, cfg: dict[str, Any], init: dict[str, np.ndarray],
+           progress: Callable[[str], None] | None) -> dict[str, np.ndarray]:
+    from tokenizers import Tokenizer
+
+    from ninfer.demo import train
+
+    tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    eos, pad = tok.token_to_id(chat_templates.QWEN_EOS), tok.token_to_id("<|endoftext|>")
+    assert eos is not None and pad is not None
+    data = train.examples(train.conversations(), chat_templates.DEMO_TEMPLATE,
+                          lambda text: tok.encode(text).ids, eos)
+    return train.train(cfg, init, data, pad, progress)

@@ -225,7 +225,7 @@ def _configure(tok: Tokenizer, style: Style) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def _tokenizer_json(style: Style, vocab_size: int) -> str:
+def _tokenizer_json(style: Style, vocab_size: int, extra: tuple[str, ...] = ()) -> str:
     if style not in ("qwen", "llama3"):
         raise ValueError(f"unknown tokenizer style {style!r} (expected 'qwen' or 'llama3')")
     added = _added_tokens(style)
@@ -242,7 +242,7 @@ def _tokenizer_json(style: Style, vocab_size: int) -> str:
         special_tokens=[],
         initial_alphabet=alphabet,
     )
-    tok.train_from_iterator(corpus(), trainer=trainer)
+    tok.train_from_iterator([*corpus(), *extra], trainer=trainer)
     if tok.get_vocab_size() != bpe_size:
         raise ValueError(
             f"the demo corpus yields only {tok.get_vocab_size()} BPE tokens; "
@@ -270,9 +270,12 @@ def _tokenizer_json(style: Style, vocab_size: int) -> str:
     return json.dumps(data, ensure_ascii=False)
 
 
-def make_tokenizer(style: Style, vocab_size: int = 2048) -> dict[str, Any]:
-    """The parsed tokenizer.json of a deterministic demo tokenizer (a fresh dict per call)."""
-    return json.loads(_tokenizer_json(style, vocab_size))
+def make_tokenizer(style: Style, vocab_size: int = 2048,
+                   extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The parsed tokenizer.json of a deterministic demo tokenizer (a fresh dict per call).
+    `extra`: more training texts after the generated corpus (the demo model's tokenizer
+    adds its conversations, so that their words are whole tokens)."""
+    return json.loads(_tokenizer_json(style, vocab_size, extra))
 
 
 def save_tokenizer(style: Style, directory: str | Path, vocab_size: int = 2048) -> Path:
