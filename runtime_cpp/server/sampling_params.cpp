@@ -107,6 +107,8 @@ const std::map<std::string, Policy>& policies() {
       {"guided_regex", {Kind::kElsewhere, "", true, true}},
       {"guided_choice", {Kind::kElsewhere, "", true, true}},
       {"guided_grammar", {Kind::kElsewhere, "", true, true}},
+      {"guided_whitespace_pattern", {Kind::kElsewhere, "", true, true}},
+      {"guided_decoding_backend", {Kind::kElsewhere, "", true, true}},
   };
   return p;
 }
