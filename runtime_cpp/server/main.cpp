@@ -23,9 +23,9 @@
 #include "model/model.h"
 #include "observe/metrics.h"
 #include "observe/request_log.h"
+#include "server/chat_prompt.h"
 #include "server/options.h"
 #include "server/routes.h"
-#include "text/chat_format.h"
 #include "text/tokenizer.h"
 
 namespace ninfer {
@@ -63,6 +63,7 @@ int run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const Options opt = parse_options(argc, argv);
+  if (!opt.render_chat_template.empty()) return render_chat_template_file(opt.render_chat_template);
   const ModelInfo& compiled = compiled_model_info();
   EngineOptions eo = resolve(opt, compiled);
   std::unique_ptr<RequestLog> request_log;
@@ -75,7 +76,7 @@ int run(int argc, char** argv) {
   backend::init({opt.threads, opt.allow_more_sms, opt.cuda_graphs});
   const nlohmann::json& m = artifact.manifest();
   Tokenizer tokenizer = Tokenizer::from_json(m.at("tokenizer"));
-  ChatFormat chat = ChatFormat::from_json(m.at("chat_format"));
+  const ChatPrompt chat = ChatPrompt::from_manifest(m.value("chat_template", nlohmann::json()));
   std::unique_ptr<Model> model = create_model(artifact);
   Metrics metrics;
   eo.metrics = &metrics;

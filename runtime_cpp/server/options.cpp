@@ -93,6 +93,7 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--no-verify-checksums") o.verify_checksums = false;
     else if (a == "--allow-more-sms") o.allow_more_sms = true;
     else if (a == "--no-cuda-graph") o.cuda_graphs = false;
+    else if (a == "--render-chat-template") o.render_chat_template = value(i);
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);

@@ -25,6 +25,9 @@ struct Options {
   bool verify_checksums = true;
   bool allow_more_sms = false;
   bool cuda_graphs = true;
+  // Hidden: render the JSON lines of FILE ({"template", "context"}) through the compiled chat
+  // templates and exit (ninfer-compile's check against jinja2; needs no artifact).
+  std::string render_chat_template;
 };
 
 extern const char* const kUsage;

@@ -103,15 +103,7 @@ void Routes::internal_error(const httplib::Request&, httplib::Response& res,
 
 std::vector<int32_t> Routes::prompt_tokens(const CompletionRequest& r) const {
   if (r.prompt_ids) return *r.prompt_ids;
-  if (r.chat) {
-    std::string text;
-    try {
-      text = chat.render(r.messages, /*add_generation_prompt=*/true);
-    } catch (const std::invalid_argument& e) {
-      throw ApiError(400, e.what(), "invalid_request_error", "messages");
-    }
-    return tokenizer.encode(text, /*add_special_tokens=*/false);
-  }
+  if (r.chat) return tokenizer.encode(chat.render(r), /*add_special_tokens=*/false);
   return tokenizer.encode(r.prompt, /*add_special_tokens=*/true);
 }
 

@@ -22,7 +22,7 @@
 #include "engine/engine.h"
 #include "observe/metrics.h"
 #include "server/api.h"
-#include "text/chat_format.h"
+#include "server/chat_prompt.h"
 #include "text/tokenizer.h"
 
 namespace ninfer {
@@ -37,7 +37,7 @@ httplib::Server::Handler guarded(HttpHandler fn);
 struct Routes {
   Engine& engine;
   const Tokenizer& tokenizer;
-  const ChatFormat& chat;
+  const ChatPrompt& chat;
   Metrics& metrics;
   std::string model_id;
 
