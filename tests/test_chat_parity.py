@@ -144,3 +144,34 @@ def test_server_prompt_token_ids_match_apply_chat_template(ext, monkeypatch, tmp
                 continue
             assert r.status_code == 200, r.text
             assert r.json()["prompt_token_ids"] == want
+
+
+def test_server_uses_the_tool_use_template_when_tools_are_given(ext, monkeypatch, tmp_path):
+    """A checkpoint's named templates: "tool_use" renders requests with tools (as
+    transformers' get_chat_template and vLLM pick it), "default" the others."""
+    from chat_suite import FAKE_TEMPLATE
+    from ninfer.artifact import write_artifact
+    from ninfer.frontend.chat_template import render
+    from ninfer.runtime import Server
+    from test_fake_server import MANIFEST
+
+    real_world.models_dir()
+    binary = native_build.build("fake_server") / "fake-server" / "ninfer-server"
+    qwen3 = real_world.corpus_templates()["Qwen-Qwen3-0.6B"]
+    entry = manifest_entry((ChatTemplate("default", FAKE_TEMPLATE),
+                            ChatTemplate("tool_use", qwen3)), {})
+    artifact = tmp_path / "model.ninfer"
+    write_artifact(artifact, {**MANIFEST, "chat_template": entry}, [])
+    letters = ext.Tokenizer(json.dumps(MANIFEST["tokenizer"]))
+    monkeypatch.setenv("NINFER_FAKE_MAX_CONTEXT", "1024")
+    monkeypatch.delenv("NINFER_FAKE_GATE", raising=False)
+    msgs = [{"role": "user", "content": "what is the weather"}]
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {}}}]
+    with Server(binary, extra_args=("--artifact", str(artifact)), startup_timeout=60) as srv:
+        for body, source in (({"messages": msgs}, FAKE_TEMPLATE),
+                             ({"messages": msgs, "tools": tools}, qwen3)):
+            r = srv.client.post("/v1/chat/completions", json={
+                **body, "max_tokens": 1, "return_token_ids": True})
+            assert r.status_code == 200, r.text
+            text = render(source, {**body, "add_generation_prompt": True})
+            assert r.json()["prompt_token_ids"] == letters.encode(text, False)

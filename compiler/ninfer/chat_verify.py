@@ -184,7 +184,9 @@ def render_with_server(server: Path, template: str, contexts: Sequence[Mapping[s
         raise ChatTemplateError(f"{server} --render-chat-template failed "
                                 f"(exit {proc.returncode}): {proc.stderr[-2000:]}")
     out = []
-    for line in proc.stdout.splitlines():
+    for line in proc.stdout.split("\n"):  # not splitlines(): U+2028 & co. are in the texts
+        if not line:
+            continue
         r = json.loads(line)
         out.append(Rendered(r.get("text"), r.get("error_type", ""), r.get("error", "")))
     return out

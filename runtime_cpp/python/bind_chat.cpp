@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -53,6 +54,27 @@ void ninfer_bind_chat(py::module_& m) {
       },
       py::arg("name"), py::arg("contexts_json"),
       "Render each JSON context: a list of (True, text, '') or (False, error type, message).");
+  m.def(
+      "time_chat_template",
+      [](const std::string& name, const std::string& context_json, int iterations) {
+        const ninfer::ChatTemplate& t = find(name);
+        py::gil_scoped_release release;
+        using clock = std::chrono::steady_clock;
+        const auto t0 = clock::now();
+        ninfer::jinja::Value ctx;
+        for (int i = 0; i < iterations; ++i)
+          ctx = ninfer::chat_template_context(nlohmann::ordered_json::parse(context_json));
+        const auto t1 = clock::now();
+        size_t chars = 0;
+        for (int i = 0; i < iterations; ++i) chars += t.render_value(ctx).size();
+        const auto t2 = clock::now();
+        const double n = iterations > 0 ? iterations : 1;
+        return std::make_tuple(std::chrono::duration<double>(t1 - t0).count() / n,
+                               std::chrono::duration<double>(t2 - t1).count() / n, chars);
+      },
+      py::arg("name"), py::arg("context_json"), py::arg("iterations"),
+      "Seconds per iteration: (parse the JSON context and convert it, render it), and the "
+      "characters rendered in all.");
   m.def("jinja_builtins", [] {
     return py::dict(py::arg("filters") = ninfer::jinja::filter_names(),
                     py::arg("tests") = ninfer::jinja::test_names(),

@@ -661,5 +661,5 @@ def generate(template: ChatTemplate, namespace: str, register_as: str) -> str:
 
 def chat_template_sources(templates: Sequence[ChatTemplate]) -> dict[str, str]:
     """File name -> generated C++ for a model's templates (registered by template name)."""
-    return {f"chat_template_{_ident(t.name)}.cpp": generate(t, f"{_ident(t.name)}", t.name)
+    return {f"chat_template_{_ident(t.name)}.cpp": generate(t, f"t_{_ident(t.name)}", t.name)
             for t in templates}
