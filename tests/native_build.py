@@ -5,6 +5,10 @@ into build/native with the PyPI cmake and ninja next to this Python (ccache as t
 compiler launcher when present); each test session then builds the targets it needs,
 and Ninja rebuilds only what changed. The runtime is built through the same targets a
 compiled model links (runtime_cpp/CMakeLists.txt), so no test lists runtime sources.
+
+The chat templates of fake_server and ninfer_chat_ext are generated C++ (as ninfer-compile
+generates a model's): before those targets build, the templates of tests/chat_suite.py are
+generated into build/native/<dir>/ (a file is rewritten only when it changes).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ def build(*targets: str) -> Path:
     env = {**os.environ, "CCACHE_BASEDIR": str(ROOT)}
     with open(BUILD / ".lock", "w") as lock:  # one configure/build at a time
         fcntl.flock(lock, fcntl.LOCK_EX)
+        for target in targets:
+            _write_chat_templates(target)
         if not (BUILD / "build.ninja").exists():
             _run([_tool("cmake"), "-S", str(ROOT), "-B", str(BUILD), "-G", "Ninja",
                   f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DNINFER_BUILD_TESTS=ON",
@@ -42,6 +48,28 @@ def build(*targets: str) -> Path:
                   f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"], env)
         _run([_tool("cmake"), "--build", str(BUILD), "--target", *targets], env)
     return NATIVE
+
+
+def _write_chat_templates(target: str) -> None:
+    import chat_suite
+    from ninfer.frontend.chat_codegen import generate
+
+    sets = chat_suite.native_template_sets()
+    if target not in sets:
+        return
+    directory, templates = sets[target]
+    out = BUILD / directory
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = {}
+    for k, (name, template) in enumerate(templates):
+        wanted[f"t{k:03d}.cpp"] = generate(template, f"t{k:03d}", name)
+    for stale in out.glob("*.cpp"):
+        if stale.name not in wanted:
+            stale.unlink()
+    for file, text in wanted.items():
+        path = out / file
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> None:

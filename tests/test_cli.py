@@ -63,7 +63,7 @@ def test_default_compile_then_chat_prints_reply_and_timings():
     assert report["architecture"] == "Qwen3ForCausalLM"
     assert report["plan"]["kv"]["dtype"] == "f16"  # the default KV cache, as llama.cpp's
     assert set(report["stage_seconds"]) == {"target", "frontend", "plan", "kernels",
-                                            "codegen", "artifact", "build"}
+                                            "codegen", "artifact", "build", "chat-check"}
     # scripts/demo.sh's question: the trained demo answers it from its corpus and stops
     chat = run("-m", "ninfer.runtime.chat", str(out), "Hello! What can you do?")
     assert chat.returncode == 0, chat.stderr
@@ -116,3 +116,14 @@ def test_runtime_wrapper_does_not_import_tvm():
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tvm', 'tvm_ffi', 'torch')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.unit
+def test_unsupported_chat_template_fails_the_compile_naming_it(tmp_path):
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}\n{{ m.content | from_json }}{% endfor %}")
+    r = run("-m", "ninfer.cli", "-o", str(tmp_path / "out"), "--chat-template", str(bad))
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 1, r.stderr
+    assert "line 2: the filter 'from_json' is not supported" in err
+    assert not (tmp_path / "out" / "ninfer-server").exists()

@@ -27,6 +27,8 @@ import httpx
 import pytest
 
 import native_build
+from chat_suite import FAKE_TEMPLATE
+from ninfer.frontend.chat_template import ChatTemplate, manifest_entry
 from test_scheduler_native import FAMILIES, _parse_metrics, _sample
 
 HANG = 60.0  # seconds: only a hang takes this long
@@ -42,10 +44,7 @@ MANIFEST = {
     "model": {"id": "fake"},
     "target": {"name": "fake", "hash": "0"},
     "tokenizer": _letters_tokenizer(),
-    "chat_format": {"version": 1, "prefix": "",
-                    "roles": {"user": {"before": "", "after": ""},
-                              "assistant": {"before": "", "after": ""}},
-                    "generation_prompt": ""},
+    "chat_template": manifest_entry((ChatTemplate("default", FAKE_TEMPLATE),), {}),
     "eos_token_ids": [26],
 }
 
@@ -199,6 +198,85 @@ def test_fake_server_serves_and_exports_metrics(serve: Callable[..., Any]) -> No
     assert set(m) == set(FAMILIES)
     assert _sample(m, "ninfer:request_success_total", finished_reason="length") == 2
     assert _sample(m, "ninfer:generation_tokens_total") == 16
+
+
+def test_chat_renders_the_compiled_template(serve: Callable[..., Any]) -> None:
+    srv = serve()
+    body = {"messages": [{"role": "system", "content": "ab"},
+                         {"role": "user", "content": [{"type": "text", "text": "cd"},
+                                                      {"type": "text", "text": "ef"}]}],
+            "max_tokens": 1, "return_token_ids": True}
+    r = srv.client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    # FAKE_TEMPLATE concatenates contents; text parts are joined with a newline (vLLM),
+    # which the letters tokenizer has no token for
+    assert r.json()["prompt_token_ids"] == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(("message", "param"), [
+    ({"role": "robot", "content": "x"}, "messages[0].role"),
+    ({"role": "tool", "content": "x"}, "messages[0].tool_call_id"),
+    ({"role": "user"}, "messages[0].content"),
+    ({"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": "{not json"}}]},
+     "messages[0].tool_calls[0].function.arguments"),
+])
+def test_chat_message_validation(serve: Callable[..., Any], message: dict, param: str) -> None:
+    r = serve().client.post("/v1/chat/completions", json={"messages": [message]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+@pytest.mark.parametrize(("extra", "param"), [
+    ({"tools": [{"type": "function"}]}, "tools[0].function"),
+    ({"tools": {"type": "function"}}, "tools"),
+    ({"tool_choice": "sometimes"}, "tool_choice"),
+    ({"chat_template_kwargs": [1]}, "chat_template_kwargs"),
+    ({"continue_final_message": True, "add_generation_prompt": True}, "continue_final_message"),
+])
+def test_chat_field_validation(serve: Callable[..., Any], extra: dict, param: str) -> None:
+    body = {"messages": [{"role": "user", "content": "a"}], **extra}
+    r = serve().client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def _serve_manifest(fake_server: Path, tmp_path: Path, chat_template: Any) -> Any:
+    from ninfer.artifact import write_artifact
+    from ninfer.runtime import Server
+
+    artifact = tmp_path / "model.ninfer"
+    write_artifact(artifact, {**MANIFEST, "chat_template": chat_template}, [])
+    return Server(fake_server, extra_args=("--artifact", str(artifact)), startup_timeout=HANG)
+
+
+def test_model_without_template_serves_completions_only(fake_server: Path,
+                                                        tmp_path: Path) -> None:
+    with _serve_manifest(fake_server, tmp_path, None) as srv:
+        r = srv.client.post("/v1/chat/completions",
+                            json={"messages": [{"role": "user", "content": "a"}]})
+        assert r.status_code == 400 and "--chat-template" in r.json()["error"]["message"]
+        r = srv.client.post("/v1/completions", json={"prompt": "ab", "max_tokens": 2})
+        assert r.status_code == 200
+
+
+def test_artifact_with_another_template_is_refused(fake_server: Path, tmp_path: Path) -> None:
+    from ninfer.runtime.server import ServerError
+
+    other = manifest_entry((ChatTemplate("default", "{{ 'not compiled in' }}"),), {})
+    with pytest.raises(ServerError, match="is not compiled into this server"):
+        _serve_manifest(fake_server, tmp_path, other).start()
+
+
+def test_render_mode_reports_template_errors(fake_server: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    lines = tmp_path / "c.jsonl"
+    lines.write_text(json.dumps({"template": "fake", "context": {"messages": [
+        {"role": "user", "content": "x"}]}}) + "\n" + json.dumps(
+        {"template": "fake", "context": {"messages": 3}}) + "\n")
+    out = subprocess.run([str(fake_server), "--render-chat-template", str(lines)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert json.loads(out[0]) == {"text": "x"}
+    assert json.loads(out[1])["error_type"] == "TypeError"
 
 
 def _stream_text(srv: Any, body: dict[str, Any]) -> tuple[list[str], str]:

@@ -28,12 +28,11 @@ def test_chat_non_streaming(client, qwen3_model):
     assert choice.finish_reason in ("stop", "length")
     assert r.usage.completion_tokens <= 12
     tok = qwen3_model.hf_tokenizer()
-    import jinja2
-
     from ninfer.demo.chat_templates import DEMO_TEMPLATE
+    from ninfer.frontend.chat_template import render
 
-    prompt = jinja2.Template(DEMO_TEMPLATE, trim_blocks=True, lstrip_blocks=True).render(
-        messages=[{"role": "user", "content": "Hello there"}], add_generation_prompt=True)
+    prompt = render(DEMO_TEMPLATE, {"messages": [{"role": "user", "content": "Hello there"}],
+                                    "add_generation_prompt": True})
     assert r.usage.prompt_tokens == len(tok.encode(prompt))
 
 

@@ -3,9 +3,10 @@ code, for a plan (the file format itself: ninfer.artifact_format).
 
 Weights are written in the plan's formats: float32, or packed once by
 ninfer.quantize.weight_formats when their first part is written. The manifest records the
-model, the target, the compiled serve limits, the tokenizer, the chat format and the
-output parsers chosen from the chat template (reasoning, tool calls); the
-server refuses an artifact whose target or limits are not its own. Needs no TVM.
+model, the target, the compiled serve limits, the tokenizer, the chat templates (source,
+SHA-256, special tokens), the output parsers chosen from the chat template (reasoning,
+tool calls) and generation_config defaults; the server refuses an artifact whose target,
+limits or chat template hashes are not its own. Needs no TVM.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ninfer.artifact_format import (
     write_artifact,
 )
 from ninfer.frontend.generation_config import generation_defaults
+from ninfer.frontend.chat_template import manifest_entry
 from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.model import FrontendModel
 from ninfer.frontend.output_formats import detect_output_parsers
@@ -48,7 +50,7 @@ def write_model(path: Path, model: FrontendModel, plan: Plan, target: Target,
 
 def manifest(model: FrontendModel, plan: Plan, target: Target, model_id: str
              ) -> dict[str, Any]:
-    graph, tok, chat = model.graph, model.tokenizer, model.chat
+    graph, tok = model.graph, model.tokenizer
     return {
         "model": {"id": model_id, "architecture": graph.config.architecture,
                   "config": {k: v for k, v in asdict(graph.config).items() if k != "extra"}},
@@ -57,8 +59,9 @@ def manifest(model: FrontendModel, plan: Plan, target: Target, model_id: str
         "limits": asdict(plan.limits),
         "weights": plan.to_json()["weights"],
         "tokenizer": tok.tokenizer_json,
-        "chat_format": chat.to_json() if chat is not None else None,
-        "output_parsers": detect_output_parsers(tok.chat_template).to_json(),
+        "chat_template": manifest_entry(model.chat_templates, tok.special_tokens),
+        "output_parsers": detect_output_parsers(
+            model.chat_templates[0].source if model.chat_templates else None).to_json(),
         "eos_token_ids": list(tok.eos_token_ids),
         "generation_config": generation_defaults(model.checkpoint.generation_config),
         "ninfer_version": __version__,

@@ -12,7 +12,7 @@ Layout (little endian):
                          tensors, each starting at a multiple of ALIGN
 
 The manifest holds the model id and config, the target (name, kind, hash, arch, SMs),
-the compiled serve limits, tokenizer.json, the chat format, and a tensor table with
+the compiled serve limits, tokenizer.json, the chat templates, and a tensor table with
 dtype, shape, offset, byte size and XXH64 of each payload. Tensor dtypes: f32, f16, bf16
 (stored as its 16-bit pattern), i8, u8 (packed 4-bit weights), all little endian. The C++ loader
 (`runtime_cpp/model/artifact.cpp`) checks all of them and says which one failed.

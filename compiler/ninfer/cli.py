@@ -62,6 +62,11 @@ console = Console(stderr=True)
               default="auto", show_default=True,
               help="CUDA: prefill projections through the TVM GEMM or the cooperative "
                    "split-K family (routes derived per target); auto = coop on CUDA.")
+@click.option("--chat-template", "chat_template",
+              type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="A Jinja chat template file replacing the checkpoint's (which comes from "
+                   "tokenizer_config.json or chat_template.jinja); compiled to C++ and checked "
+                   "against jinja2 on generated conversations.")
 @click.option("--explain", is_flag=True,
               help="Print the launch verification table (GPU targets): kernel, registers, "
                    "shared memory, CTAs/SM, resident budget, largest size that fits.")
@@ -71,7 +76,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
          weights: str, weight_overrides: tuple[str, ...], kv_dtype: str,
          memory_gib: float | None,
          no_python_module: bool, dump_dir: Path | None, prefill_projections: str,
-         explain: bool) -> None:
+         chat_template: Path | None, explain: bool) -> None:
     """Compile a checkpoint for a target into a standalone ninfer-server."""
     from ninfer.options import CompileOptions
     from ninfer.pipeline import compile_model
@@ -110,7 +115,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                               weights=weights, weight_overrides=tuple(overrides),
                               kv_dtype=kv_dtype, memory_gib=memory_gib,
                               python_module=not no_python_module, dump_dir=dump_dir,
-                              prefill_projections=prefill_projections)
+                              prefill_projections=prefill_projections,
+                              chat_template=chat_template)
         with console.status("compiling") as status:
             result = compile_model(opts, lambda s: status.update(f"[bold]{s}[/bold]"))
     except (ValueError, RuntimeError, OSError) as exc:

@@ -63,6 +63,10 @@ class CompileOptions:
     # False: build everything but model.ninfer (write it later with write_model_artifact,
     # e.g. on a machine that holds the weights but not TVM).
     write_artifact: bool = True
+    # A Jinja chat template file replacing the checkpoint's (--chat-template).
+    chat_template: Path | None = None
+    # Conversations per template the compile renders through jinja2 and the generated C++.
+    chat_template_checks: int = 300
 
     def __post_init__(self) -> None:
         if self.prefill_projections not in PREFILL_PROJECTIONS:

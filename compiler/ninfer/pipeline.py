@@ -1,7 +1,8 @@
 """The compile pipeline: the stage list, in one place, one comment per phase.
 
 Data flows one way, frontend -> plan -> kernels -> occupancy -> codegen -> build ->
-artifact; each stage is a function over typed data in its own package. Here they are
+artifact, then the chat templates of the built server are checked against jinja2; each
+stage is a function over typed data in its own package. Here they are
 called in order and timed, and with `--dump DIR` each one's output is written as soon as
 it exists (graph.json, plan.json, kernels.json, launches.json, generated/, report.json).
 """
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ninfer.artifact import write_model
+from ninfer.chat_verify import verify_server
 from ninfer.dump import Dump
+from ninfer.frontend.chat_codegen import chat_template_sources
 from ninfer.frontend.model import read_model
 from ninfer.kernels.cuda.module import CudaLaunch
 from ninfer.options import CompileOptions
@@ -56,9 +59,11 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
         target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
         opts.check_target(target)
 
-    # 2. Frontend: checkpoint -> typed graph; tokenizer and chat template checked.
+    # 2. Frontend: checkpoint -> typed graph; tokenizer read; the chat templates compiled
+    #    to C++ now (pure Python), so a construct the generator lacks fails at once.
     with stage("frontend"):
-        model = read_model(opts.model_dir)
+        model = read_model(opts.model_dir, opts.chat_template)
+        chat_sources = chat_template_sources(model.chat_templates)
     dump.json("graph.json", model.graph_json())
 
     # 3. Plan: serve limits, kernel instances per role, memory budget.
@@ -96,7 +101,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
         from ninfer.codegen import render_tree
 
         tree = render_tree(model.graph, plan, target, model_id, backend, src_dir, out_dir,
-                           python_module=opts.python_module)
+                           python_module=opts.python_module, chat_sources=chat_sources)
     dump.tree("generated", tree.directory)
 
     # 6. Artifact: weights (fused where the step program wants it) + manifest.
@@ -110,6 +115,13 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
         from ninfer.build import cmake_build
 
         cmake_build(src_dir, out_dir / "cmake-build", log=out_dir / "build.log")
+
+    # 8. Chat templates: the built server renders generated conversations, and each must
+    #    equal jinja2's rendering (or raise the same error) or the compile fails.
+    if model.chat_templates:
+        with stage("chat-check"):
+            verify_server(out_dir / "ninfer-server", model.chat_templates,
+                          model.tokenizer.special_tokens, count=opts.chat_template_checks)
 
     report = CompileReport(model_id, model.graph.config.architecture, target, plan,
                            tuple((s.name(), s.family) for s in plan.unique_kernels()),
@@ -127,7 +139,7 @@ def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
     no compiler). The weights may differ from the compiling machine's; the shapes, target,
     limits and tokenizer must not, or the server refuses the artifact."""
     target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
-    model = read_model(opts.model_dir)
+    model = read_model(opts.model_dir, opts.chat_template)
     limits = opts.serve_limits(target, model.graph.config.max_position_embeddings)
     plan = make_plan(model.graph, target, limits, opts.weight_formats())
     return write_model(path, model, plan, target, opts.resolved_model_id)

@@ -15,7 +15,6 @@
 #include "engine/sampling.h"
 #include "model/artifact.h"
 #include "model/model.h"
-#include "text/chat_format.h"
 #include "text/tokenizer.h"
 
 namespace py = pybind11;

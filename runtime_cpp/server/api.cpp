@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "server/chat_prompt.h"
 #include "server/structured_output.h"
 
 namespace ninfer {
@@ -43,22 +44,6 @@ bool get_bool(const json& body, const char* key, bool dflt) {
   if (!body[key].is_boolean())
     bad(key, std::string("'") + key + "' must be a boolean, got " + type_name(body[key]));
   return body[key].get<bool>();
-}
-
-std::string message_content(const json& m, size_t i) {
-  const std::string param = "messages[" + std::to_string(i) + "].content";
-  if (!m.contains("content") || m["content"].is_null()) bad(param, param + " is required");
-  const json& c = m["content"];
-  if (c.is_string()) return c.get<std::string>();
-  if (!c.is_array()) bad(param, param + " must be a string or an array of text parts");
-  std::string out;
-  for (const auto& part : c) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string())
-      bad(param, param + ": only parts of type 'text' with a string 'text' are supported");
-    out += part["text"].get<std::string>();
-  }
-  return out;
 }
 
 }  // namespace
@@ -102,20 +87,8 @@ CompletionRequest parse_completion_request(const json& body, bool chat,
   r.model = requested_model(body, served_models);
 
   if (chat) {
-    if (!body.contains("messages")) bad("messages", "'messages' is required");
-    const json& msgs = body["messages"];
-    if (!msgs.is_array()) bad("messages", "'messages' must be an array");
-    if (msgs.empty()) bad("messages", "'messages' must contain at least one message");
-    for (size_t i = 0; i < msgs.size(); ++i) {
-      const json& m = msgs[i];
-      const std::string p = "messages[" + std::to_string(i) + "]";
-      if (!m.is_object()) bad(p, p + " must be an object");
-      if (!m.contains("role") || !m["role"].is_string())
-        bad(p + ".role", p + ".role must be a string");
-      std::string role = m["role"].get<std::string>();
-      if (role == "developer") role = "system";
-      r.messages.push_back({role, message_content(m, i)});
-    }
+    // Messages, tools, tool_choice, chat_template_kwargs in the client's key order.
+    parse_chat_fields(body_text ? *body_text : body.dump(), r);
     parse_output_request(body, r);
   } else {
     if (!body.contains("prompt")) bad("prompt", "'prompt' is required");

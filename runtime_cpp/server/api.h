@@ -14,7 +14,6 @@
 #include "engine/engine.h"
 #include "server/chat_output.h"
 #include "structured/grammar.h"
-#include "text/chat_format.h"
 
 namespace ninfer {
 
@@ -33,7 +32,15 @@ nlohmann::json error_body(const ApiError& e);
 struct CompletionRequest {
   bool chat = false;
   std::string model;
-  std::vector<ChatMessage> messages;               // chat
+  // chat (server/chat_prompt.cpp): messages as the client sent them (keys in order),
+  // normalized as vLLM does: developer -> system, text parts joined with "\n", tool call
+  // arguments given as a JSON string parsed to an object.
+  nlohmann::ordered_json messages;
+  nlohmann::ordered_json tools;                 // null: not given
+  nlohmann::ordered_json tool_choice;           // null: not given (the template never sees it)
+  nlohmann::ordered_json chat_template_kwargs;  // null or an object, merged into the context
+  bool add_generation_prompt = true;            // vLLM extensions
+  bool continue_final_message = false;
   std::string prompt;                              // completions, text prompt
   std::optional<std::vector<int32_t>> prompt_ids;  // completions, token prompt
   int max_tokens = -1;                             // -1: until the context is full
@@ -51,9 +58,6 @@ struct CompletionRequest {
   int min_tokens = 0;                   // vLLM extension
   std::vector<int32_t> stop_token_ids;  // vLLM extension
   std::set<std::string> given;          // generation_config fields the request set (not defaulted)
-  nlohmann::json tools;                 // chat: null or the array
-  nlohmann::json tool_choice;           // chat: null, a string or object
-  nlohmann::json chat_template_kwargs = nlohmann::json::object();  // chat
   OutputRequest output;  // chat: reasoning and tool-call settings (server/chat_output.h)
   // Structured output (server/structured_output.cpp): the grammar the output must follow,
   // and the request field it came from (for errors).

@@ -33,7 +33,6 @@ void parse_tools(const json& body, CompletionRequest& r) {
         !t["function"]["name"].is_string())
       bad(p, p + " must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}");
   }
-  r.tools = tools;
 }
 
 void parse_tool_choice(const json& body, CompletionRequest& r) {
@@ -56,7 +55,6 @@ void parse_tool_choice(const json& body, CompletionRequest& r) {
   } else {
     bad("tool_choice", "'tool_choice' must be a string or an object");
   }
-  r.tool_choice = c;
 }
 
 }  // namespace
@@ -64,11 +62,6 @@ void parse_tool_choice(const json& body, CompletionRequest& r) {
 void parse_output_request(const json& body, CompletionRequest& r) {
   parse_tools(body, r);
   parse_tool_choice(body, r);
-  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
-    if (!body["chat_template_kwargs"].is_object())
-      bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    r.chat_template_kwargs = body["chat_template_kwargs"];
-  }
   OutputRequest& o = r.output;
   o.parallel_tool_calls = flag(body, "parallel_tool_calls", true);
   o.include_reasoning = flag(body, "include_reasoning", true);
@@ -80,8 +73,8 @@ void parse_output_request(const json& body, CompletionRequest& r) {
       bad("reasoning_effort",
           "'reasoning_effort' must be one of 'none', 'minimal', 'low', 'medium', 'high'");
     o.reasoning_effort = e.get<std::string>();
-    json& kw = r.chat_template_kwargs;
-    if (!kw.is_object()) kw = json::object();
+    nlohmann::ordered_json& kw = r.chat_template_kwargs;
+    if (!kw.is_object()) kw = nlohmann::ordered_json::object();
     if (o.reasoning_effort == "none") {
       if (!kw.contains("enable_thinking")) kw["enable_thinking"] = false;
     } else if (!kw.contains("reasoning_effort")) {
@@ -108,7 +101,7 @@ OutputParserOptions parser_options(const OutputConfig& config, const CompletionR
   const bool no_tools = !r.tools.is_array() || r.tools.empty() ||
                         (r.tool_choice.is_string() && r.tool_choice.get<std::string>() == "none");
   if (no_tools) o.formats.tool_calls = ToolCallFormat::kNone;
-  o.tools = r.tools;
+  o.tools = r.tools.is_null() ? json() : json::parse(r.tools.dump());
   o.max_tool_calls = r.output.parallel_tool_calls ? -1 : 1;
   return o;
 }

@@ -23,12 +23,12 @@
 #include "model/model.h"
 #include "observe/metrics.h"
 #include "observe/request_log.h"
+#include "server/chat_prompt.h"
 #include "server/options.h"
 #include "server/routes.h"
 #include "server/sampling_params.h"
 #include "server/serving_state.h"
 #include "structured/grammar.h"
-#include "text/chat_format.h"
 #include "text/tokenizer.h"
 
 namespace ninfer {
@@ -86,7 +86,7 @@ void install(httplib::Server& http, const ServingState& state) {
 struct Loaded {
   std::unique_ptr<Artifact> artifact;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<ChatFormat> chat;
+  std::unique_ptr<ChatPrompt> chat;
   std::unique_ptr<Model> model;
   Metrics metrics;
   std::unique_ptr<Engine> engine;
@@ -105,7 +105,8 @@ void load(Loaded& l, const Options& opt, const ModelInfo& compiled, EngineOption
   backend::init({opt.threads, opt.allow_more_sms, opt.cuda_graphs});
   const nlohmann::json& m = l.artifact->manifest();
   l.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_json(m.at("tokenizer")));
-  l.chat = std::make_unique<ChatFormat>(ChatFormat::from_json(m.at("chat_format")));
+  l.chat = std::make_unique<ChatPrompt>(
+      ChatPrompt::from_manifest(m.value("chat_template", nlohmann::json())));
   l.model = create_model(*l.artifact);
   eo.metrics = &l.metrics;
   eo.request_log = request_log;
@@ -138,6 +139,8 @@ int run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const Options opt = parse_options(argc, argv);
+  if (!opt.render_chat_template.empty()) return render_chat_template_file(opt.render_chat_template);
+  if (!opt.render_chat_template.empty()) return render_chat_template_file(opt.render_chat_template);
   const ModelInfo& compiled = compiled_model_info();
   const EngineOptions eo = resolve(opt, compiled);
   std::unique_ptr<RequestLog> request_log;

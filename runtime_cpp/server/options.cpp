@@ -147,7 +147,8 @@ Options parse_options(int argc, char** argv) {
       o.served_model_names.push_back(value(i));
       while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
         o.served_model_names.push_back(argv[++i]);
-    } else if (a == "-h" || a == "--help") {
+    } else if (a == "--render-chat-template") o.render_chat_template = value(i);
+    else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);
     } else {

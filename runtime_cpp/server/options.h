@@ -40,6 +40,9 @@ struct Options {
   // compiled model id.
   std::vector<std::string> served_model_names;
   std::string api_key;  // empty: no key needed (--api-key, else NINFER_API_KEY)
+  // Hidden: render the JSON lines of FILE ({"template", "context"}) through the compiled chat
+  // templates and exit (ninfer-compile's check against jinja2; needs no artifact).
+  std::string render_chat_template;
 };
 
 extern const char* const kUsage;

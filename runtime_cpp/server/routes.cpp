@@ -126,17 +126,7 @@ std::vector<int32_t> Routes::prompt_tokens(const CompletionRequest& r,
                                            std::string* rendered) const {
   if (r.prompt_ids) return *r.prompt_ids;
   if (r.chat) {
-    std::string text;
-    const nlohmann::json& thinking =
-        r.chat_template_kwargs.is_object()
-            ? r.chat_template_kwargs.value("enable_thinking", json(true))
-            : json(true);
-    try {
-      text = chat.render(r.messages, /*add_generation_prompt=*/true,
-                         !thinking.is_boolean() || thinking.get<bool>());
-    } catch (const std::invalid_argument& e) {
-      throw ApiError(400, e.what(), "invalid_request_error", "messages");
-    }
+    std::string text = chat.render(r);
     if (rendered) *rendered = text;
     return tokenizer.encode(text, /*add_special_tokens=*/false);
   }

@@ -26,10 +26,10 @@
 #include "engine/engine.h"
 #include "observe/metrics.h"
 #include "server/api.h"
+#include "server/chat_prompt.h"
 #include "server/output_parser.h"
 #include "server/sampling_params.h"
 #include "structured/grammar.h"
-#include "text/chat_format.h"
 #include "text/tokenizer.h"
 
 namespace ninfer {
@@ -67,7 +67,7 @@ struct GenerationSink {
 struct Routes {
   Engine& engine;
   const Tokenizer& tokenizer;
-  const ChatFormat& chat;
+  const ChatPrompt& chat;
   Metrics& metrics;
   std::vector<std::string> model_names;  // --served-model-name; responses carry the first
   GenerationDefaults defaults;           // generation_config.json, for fields a request leaves out

@@ -203,13 +203,9 @@ TokenConstraints structured_output_constraints(const CompletionRequest& r,
 }
 
 TokenConstraints tool_choice_constraints(const GrammarCompiler& compiler, const std::string& format,
-                                         const nlohmann::json& tools_in,
-                                         const nlohmann::json& tool_choice_in,
+                                         const json& tools, const json& tool_choice,
                                          ToolReasoning reasoning) {
-  if (tool_choice_in.is_null()) return {};
-  // (The parsed request's objects are key-sorted; a tool's properties follow that order.)
-  const json tools = json::parse(tools_in.dump());
-  const json tool_choice = json::parse(tool_choice_in.dump());
+  if (tool_choice.is_null()) return {};
   std::shared_ptr<TokenConstraint> c;
   try {
     c = make_tool_call_constraint(compiler, format, tools, tool_choice, reasoning);

@@ -40,8 +40,8 @@ TokenConstraints structured_output_constraints(const CompletionRequest& r,
 // a null tool_choice. Throws ApiError 400 (param tool_choice or tools) for a bad choice or
 // a parameters schema xgrammar rejects.
 TokenConstraints tool_choice_constraints(const GrammarCompiler& compiler, const std::string& format,
-                                         const nlohmann::json& tools,
-                                         const nlohmann::json& tool_choice,
+                                         const nlohmann::ordered_json& tools,
+                                         const nlohmann::ordered_json& tool_choice,
                                          ToolReasoning reasoning = ToolReasoning::kNone);
 
 }  // namespace ninfer

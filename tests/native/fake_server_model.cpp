@@ -18,6 +18,9 @@
 //
 // NINFER_FAKE_LOAD_GATE=<fifo>: loading the model waits for one byte from the FIFO, so a
 // test sees the server while it loads.
+//
+// NINFER_FAKE_MAX_CONTEXT=<n>: the compiled context (default 64), for prompts of real chat
+// templates (tests/test_chat_parity.py).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -138,13 +141,14 @@ const ModelInfo& compiled_model_info() {
     i.target = "fake";
     i.target_hash = "0";
     i.vocab_size = fake::kVocab;
-    i.max_context = 64;
+    const char* ctx = std::getenv("NINFER_FAKE_MAX_CONTEXT");
+    i.max_context = ctx ? std::atoi(ctx) / 4 * 4 : 64;
     i.prefill_chunk = 16;
     i.num_layers = 1;
     i.max_concurrency = 4;
     i.kv_block_size = 4;
-    i.kv_blocks = 1 + 4 * 16;
-    i.blocks_per_seq = 16;
+    i.blocks_per_seq = i.max_context / 4;
+    i.kv_blocks = 1 + 4 * i.blocks_per_seq;
     return i;
   }();
   return info;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,11 +61,12 @@ def tvm_include_dirs() -> list[str]:
 
 def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
                 backend: Backend, src_dir: Path, out_dir: Path,
-                python_module: bool = True) -> GeneratedTree:
+                python_module: bool = True,
+                chat_sources: Mapping[str, str] | None = None) -> GeneratedTree:
     """Write the generated sources into `src_dir`; return what was written.
 
     `backend` holds the backend's own template values (codegen.backend), of the target's
-    kind.
+    kind; `chat_sources` the generated chat templates (frontend.chat_codegen), by file name.
     """
     if backend.kind != target.kind:
         raise ValueError(f"a {backend.kind} backend cannot render target {target.name} "
@@ -97,8 +99,14 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "python_module": python_module,
         "pybind11_cmake_dir": pybind11.get_cmake_dir(),
         "python_include": sysconfig.get_paths()["include"],
+        "chat_template_files": sorted(chat_sources or {}),
     }
     written = []
+    for name, text in sorted((chat_sources or {}).items()):
+        path = src_dir / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+        written.append(path)
     for template, name in GENERATED_FILES[target.kind]:
         text = env.get_template(template).render(**context)
         path = src_dir / name

@@ -4,14 +4,12 @@
   `<think>` reasoning split out of assistant contents, reasoning kept only for assistant turns
   after the last user query (with an empty think block for such a trailing turn), tool
   responses folded into user turns, and `enable_thinking=false` adding an empty think block to
-  the generation prompt. It is NOT representable as a ChatFormat: it rewrites assistant
-  contents containing `</think>`, decides which turn is the "last query" by looking for
-  `<tool_response>` in user contents, and renders a trailing assistant turn differently from a
-  historical one. `compile_chat_template` rejects it.
-- `QWEN3_SIMPLE_TEMPLATE` is what the demo uses (`DEMO_TEMPLATE`): the same ChatML framing and
-  generation prompt (including `enable_thinking=false`), with every message rendered verbatim.
-  It agrees with `QWEN3_TEMPLATE` on the common serving case: no tools, the conversation ends
-  with a user message, and no assistant content contains `</think>`.
+  the generation prompt. The demo uses it (`DEMO_TEMPLATE`); like every chat template it is
+  compiled to C++ (ninfer.frontend.chat_codegen).
+- `QWEN3_SIMPLE_TEMPLATE`: the same ChatML framing and generation prompt (including
+  `enable_thinking=false`), with every message rendered verbatim. It agrees with
+  `QWEN3_TEMPLATE` on the common serving case: no tools, the conversation ends with a user
+  message, and no assistant content contains `</think>`.
 - `QWEN2_TEMPLATE`: Qwen2.5 style, injecting a default system prompt when none is given.
 - `LLAMA3_TEMPLATE`: Llama-3 instruct style, bos_token prefix and trimmed contents.
 """
@@ -212,5 +210,5 @@ LLAMA3_BOS = "<|begin_of_text|>"
 LLAMA3_EOS = "<|eot_id|>"
 QWEN_EOS = "<|im_end|>"
 
-# The template the demo compiles (QWEN3_TEMPLATE is rejected, see the module docstring).
-DEMO_TEMPLATE = QWEN3_SIMPLE_TEMPLATE
+# The template the demo compiles.
+DEMO_TEMPLATE = QWEN3_TEMPLATE

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ninfer.frontend.chat_template import ChatFormat, compile_chat_template
+from ninfer.frontend.chat_template import ChatTemplate
 from ninfer.frontend.checkpoint import Checkpoint, open_checkpoint
 from ninfer.frontend.graph import ModelGraph
 from ninfer.frontend.llama import build_graph
@@ -16,12 +16,12 @@ from ninfer.frontend.tokenizer import TokenizerInfo, tokenizer_info
 @dataclass(frozen=True)
 class FrontendModel:
     """The typed graph, the checkpoint its weights are read from (lazily), the tokenizer
-    facts and the chat template compiled into a ChatFormat (None: the model has none)."""
+    facts and the chat templates (none: the model has none; codegen compiles them)."""
 
     checkpoint: Checkpoint
     graph: ModelGraph
     tokenizer: TokenizerInfo
-    chat: ChatFormat | None
+    chat_templates: tuple[ChatTemplate, ...]
 
     def graph_json(self) -> dict[str, Any]:
         """The graph as `--dump` writes it (graph.json)."""
@@ -30,13 +30,13 @@ class FrontendModel:
                 "weights": [asdict(w) for w in g.weights]}
 
 
-def read_model(model_dir: Path) -> FrontendModel:
-    """Open the checkpoint, build its graph, check its tokenizer and chat template."""
+def read_model(model_dir: Path, chat_template: Path | None = None) -> FrontendModel:
+    """Open the checkpoint, build its graph, read its tokenizer and chat templates
+    (`chat_template`: a Jinja file replacing the checkpoint's)."""
     ckpt = open_checkpoint(model_dir)
     graph = build_graph(ckpt)
     tok = tokenizer_info(ckpt)
-    chat = None
-    if tok.chat_template is not None:
-        chat = compile_chat_template(tok.chat_template, bos_token=tok.bos_token or "",
-                                     eos_token=tok.eos_token or "")
-    return FrontendModel(ckpt, graph, tok, chat)
+    templates = tok.chat_templates
+    if chat_template is not None:
+        templates = (ChatTemplate("default", chat_template.read_text()),)
+    return FrontendModel(ckpt, graph, tok, templates)

@@ -1,10 +1,11 @@
-"""Tokenizer facts the compiler needs: special tokens, eos ids, the chat template."""
+"""Tokenizer facts the compiler needs: special tokens, eos ids, the chat templates."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from ninfer.frontend.chat_template import ChatTemplate, checkpoint_templates
 from ninfer.frontend.checkpoint import Checkpoint
 from ninfer.frontend.config import FrontendError
 
@@ -17,7 +18,8 @@ class TokenizerInfo:
     bos_token: str | None
     eos_token: str | None
     eos_token_ids: tuple[int, ...]
-    chat_template: str | None
+    chat_templates: tuple[ChatTemplate, ...]  # "default" first, then "tool_use" if any
+    special_tokens: dict[str, str]  # what transformers passes templates (special_tokens_map)
 
 
 def _token_text(value: Any) -> str | None:
@@ -40,13 +42,12 @@ def tokenizer_info(ckpt: Checkpoint) -> TokenizerInfo:
     if model_type not in SUPPORTED_MODELS:
         raise FrontendError(f"tokenizer.json: model type '{model_type}' is not supported "
                             f"(supported: {', '.join(SUPPORTED_MODELS)})")
-    template = tc.get("chat_template")
-    if isinstance(template, list):  # named templates: use "default"
-        named = {t.get("name"): t.get("template") for t in template}
-        template = named.get("default")
-    if template is None and (ckpt.directory / "chat_template.jinja").exists():
-        template = (ckpt.directory / "chat_template.jinja").read_text()
+    templates = checkpoint_templates(tc.get("chat_template"))
+    if not templates and (ckpt.directory / "chat_template.jinja").exists():
+        templates = (ChatTemplate("default", (ckpt.directory / "chat_template.jinja").read_text()),)
     bos, eos = _token_text(tc.get("bos_token")), _token_text(tc.get("eos_token"))
+    special = {key: text for key in ("bos_token", "eos_token", "unk_token", "pad_token")
+               if (text := _token_text(tc.get(key))) is not None}
 
     eos_ids: list[int] = []
     gen_eos = ckpt.generation_config.get("eos_token_id")
@@ -60,4 +61,4 @@ def tokenizer_info(ckpt: Checkpoint) -> TokenizerInfo:
             raise FrontendError(f"tokenizer_config.json: eos_token '{eos}' is not in the "
                                 "vocabulary")
         eos_ids.append(eos_id)
-    return TokenizerInfo(tj, bos, eos, tuple(dict.fromkeys(eos_ids)), template)
+    return TokenizerInfo(tj, bos, eos, tuple(dict.fromkeys(eos_ids)), templates, special)
