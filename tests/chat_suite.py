@@ -18,6 +18,27 @@ from ninfer.frontend.chat_template import ChatTemplate, ChatTemplateError
 
 FAKE_TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
 
+# The fake server's other templates (compiled into it; an artifact picks one by hash).
+# test_anthropic.py: every role marked by one letter-token, the generation prompt "a".
+ROLE_LETTERS_TEMPLATE = (
+    "{% for m in messages %}"
+    "{{ {'system': 's', 'user': 'u', 'assistant': 'a', 'tool': 't'}[m.role] }}"
+    "{{ m.content if m.content is string else '' }}{% endfor %}"
+    "{% if add_generation_prompt %}a{% endif %}")
+
+
+def scripted_template(generation_prompt: str) -> str:
+    """test_output_parsers.py: each message's text and a newline, then `generation_prompt`,
+    or Qwen3's closed think block when enable_thinking is false."""
+    return ("{% for m in messages %}{{ m.content if m.content is string else '' }}{{ '\\n' }}"
+            "{% endfor %}{% if add_generation_prompt %}"
+            "{% if enable_thinking is defined and not enable_thinking %}"
+            "{{ '<gen><think>\\n\\n</think>\\n\\n' }}{% else %}{{ " + repr(generation_prompt)
+            + " }}{% endif %}{% endif %}")
+
+
+SCRIPTED_PROMPTS = ("<gen>", "<gen><think>\n")
+
 # The acceptance corpus (tests/test_chat_parity.py): name -> the vocab-only GGUF of its
 # tokenizer family (qwen2: Qwen2/2.5/3; qwen35: Qwen3.5; llama-bpe: Llama 3, also what
 # SmolLM3 uses; Mistral's Tekken has no GGUF in the corpus, llama-bpe stands in).
@@ -157,7 +178,10 @@ def native_template_sets() -> dict[str, tuple[str, list[tuple[str, ChatTemplate]
     """target -> (directory under build/native, [(registered name, template)])."""
     ext = [(f"demo/{n}", ChatTemplate("default", s)) for n, s in DEMO.items()]
     ext += [(f"unit/{n}", ChatTemplate("default", s)) for n, s in UNIT.items()]
-    fake = [("fake", ChatTemplate("default", FAKE_TEMPLATE))]
+    fake = [("fake", ChatTemplate("default", FAKE_TEMPLATE)),
+            ("role_letters", ChatTemplate("default", ROLE_LETTERS_TEMPLATE))]
+    fake += [(f"scripted{i}", ChatTemplate("default", scripted_template(g)))
+             for i, g in enumerate(SCRIPTED_PROMPTS)]
     if real_world.cached():
         corpus = real_world.corpus_templates()
         ext += [(f"corpus/{n}", ChatTemplate("default", corpus[n]))

@@ -25,11 +25,12 @@ from test_fake_server import MANIFEST
 KEY = "test-key-1234"
 
 # The fake chat format with a system role; every marker is one letter-token.
-CHAT_MANIFEST = {**MANIFEST, "chat_format": {
-    "version": 1, "prefix": "",
-    "roles": {"system": {"before": "s", "after": ""}, "user": {"before": "u", "after": ""},
-              "assistant": {"before": "a", "after": ""}, "tool": {"before": "t", "after": ""}},
-    "generation_prompt": "a"}}
+def _chat_manifest() -> dict[str, Any]:
+    from chat_suite import ROLE_LETTERS_TEMPLATE
+    from ninfer.frontend.chat_template import ChatTemplate, manifest_entry
+
+    return {**MANIFEST, "chat_template": manifest_entry(
+        (ChatTemplate("default", ROLE_LETTERS_TEMPLATE),), {})}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def chat_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     binary = native_build.build("fake_server") / "fake-server" / "ninfer-server"
     artifact = tmp_path_factory.mktemp("anthropic") / "model.ninfer"
-    write_artifact(artifact, CHAT_MANIFEST, [])
+    write_artifact(artifact, _chat_manifest(), [])
     srv = Server(binary, extra_args=("--artifact", str(artifact), "--api-key", KEY,
                                      "--served-model-name", "fake", "claude-alias"),
                  startup_timeout=60).start()

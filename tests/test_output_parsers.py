@@ -104,16 +104,16 @@ def _byte_tokenizer() -> dict[str, Any]:
 
 
 def _manifest(generation_prompt: str, parsers: tuple[str, str]) -> dict[str, Any]:
-    role = {"before": "", "after": "\n"}
+    from chat_suite import scripted_template
+    from ninfer.frontend.chat_template import ChatTemplate, manifest_entry
+
+    template = ChatTemplate("default", scripted_template(generation_prompt))
     return {
         "model": {"id": "fake"},
         "target": {"name": "fake", "hash": "0"},
         "tokenizer": _byte_tokenizer(),
-        "chat_format": {"version": 1, "prefix": "",
-                        "roles": {"system": role, "user": role, "assistant": role},
-                        "generation_prompt": generation_prompt,
-                        # as Qwen3 renders enable_thinking=false
-                        "generation_prompt_no_thinking": "<gen><think>\n\n</think>\n\n"},
+        # enable_thinking=false renders Qwen3's closed think block
+        "chat_template": manifest_entry((template,), {}),
         "eos_token_ids": [256],
         "output_parsers": {"reasoning": parsers[0], "tool_calls": parsers[1]},
     }
