@@ -371,7 +371,7 @@ def test_refusals_name_the_field(scripted: Callable[..., Any]) -> None:
     srv = scripted(THINK)
     for body, param in [({"tool_choice": "required"}, "tool_choice"),
                         ({"tool_choice": "auto"}, "tool_choice"),
-                        ({"tools": [{"type": "function"}]}, "tools[0]"),
+                        ({"tools": [{"type": "function"}]}, "tools[0].function"),
                         ({"reasoning_effort": "extreme"}, "reasoning_effort"),
                         ({"thinking_budget": -2}, "thinking_budget"),
                         ({"thinking_budget": 4, "thinking_token_budget": 5},

@@ -27,8 +27,8 @@ from ninfer.artifact_format import (
     read_manifest,
     write_artifact,
 )
-from ninfer.frontend.generation_config import generation_defaults
 from ninfer.frontend.chat_template import manifest_entry
+from ninfer.frontend.generation_config import generation_defaults
 from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.model import FrontendModel
 from ninfer.frontend.output_formats import detect_output_parsers
