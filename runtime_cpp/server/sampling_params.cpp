@@ -102,6 +102,8 @@ const std::map<std::string, Policy>& policies() {
       {"response_format", {Kind::kElsewhere, "", true, true}},
       {"reasoning_effort", {Kind::kElsewhere, "", true, false}},
       {"chat_template_kwargs", {Kind::kElsewhere, "", true, false}},
+      {"add_generation_prompt", {Kind::kElsewhere, "", true, false}},
+      {"continue_final_message", {Kind::kElsewhere, "", true, false}},
       {"structured_outputs", {Kind::kElsewhere, "", true, true}},
       {"guided_json", {Kind::kElsewhere, "", true, true}},
       {"guided_regex", {Kind::kElsewhere, "", true, true}},
