@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ninfer.demo import checkpoint, train
-from ninfer.demo.chat_templates import DEMO_TEMPLATE, QWEN_EOS
+from ninfer.demo.chat_templates import DEMO_TRAIN_TEMPLATE, QWEN_EOS
 
 
 @pytest.mark.unit
@@ -48,7 +48,7 @@ def _tiny_data() -> tuple[dict, dict[str, np.ndarray], list, int]:
 
     tok = Tokenizer.from_str(json.dumps(checkpoint.make_tokenizer("qwen")))
     eos = tok.token_to_id(QWEN_EOS)
-    data = train.examples(train.conversations()[:12], DEMO_TEMPLATE,
+    data = train.examples(train.conversations()[:12], DEMO_TRAIN_TEMPLATE,
                           lambda text: tok.encode(text).ids, eos)
     cfg = {**checkpoint.DEMO_CONFIG, "hidden_size": 32, "intermediate_size": 64,
            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
@@ -64,7 +64,7 @@ def test_loss_mask_covers_assistant_turns_through_end_of_turn() -> None:
     conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"},
             {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"},
             {"role": "assistant", "content": "Goodbye."}]
-    ((ids, mask),) = train.examples([conv], DEMO_TEMPLATE, lambda t: tok.encode(t).ids,
+    ((ids, mask),) = train.examples([conv], DEMO_TRAIN_TEMPLATE, lambda t: tok.encode(t).ids,
                                     tok.token_to_id(QWEN_EOS))
     learned = [tok.decode([i], skip_special_tokens=False) for i, m in zip(ids, mask) if m]
     assert "".join(learned) == "Hello.<|im_end|>Goodbye.<|im_end|>"

@@ -212,3 +212,8 @@ QWEN_EOS = "<|im_end|>"
 
 # The template the demo compiles.
 DEMO_TEMPLATE = QWEN3_TEMPLATE
+# The template the demo is trained on: every turn verbatim, so each turn's prompt is a
+# prefix of the whole conversation (QWEN3_TEMPLATE renders a trailing assistant turn with
+# an empty think block, which a prefix does not have). The two render the same prompts for
+# the demo's conversations (no tools, no reasoning, ending with a user message).
+DEMO_TRAIN_TEMPLATE = QWEN3_SIMPLE_TEMPLATE

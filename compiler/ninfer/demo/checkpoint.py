@@ -198,6 +198,6 @@ def _train(directory: Path, cfg: dict[str, Any], init: dict[str, np.ndarray],
     tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
     eos, pad = tok.token_to_id(chat_templates.QWEN_EOS), tok.token_to_id("<|endoftext|>")
     assert eos is not None and pad is not None
-    data = train.examples(train.conversations(), chat_templates.DEMO_TEMPLATE,
+    data = train.examples(train.conversations(), chat_templates.DEMO_TRAIN_TEMPLATE,
                           lambda text: tok.encode(text).ids, eos)
     return train.train(cfg, init, data, pad, progress)
