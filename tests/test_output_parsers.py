@@ -27,15 +27,11 @@ from ninfer.frontend.output_formats import OutputParsers, detect_output_parsers
 
 HANG = 60.0
 
-# llama.cpp's template corpus, unpacked from the llama-cpp-python sdist. At merge: take it
-# from tests/real_world.py (which fetches and caches the sdist) instead.
-CORPUS = Path("/tmp/lcp/llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates")
-
-
 def _corpus_template(name: str) -> str:
-    path = CORPUS / f"{name}.jinja"
-    assert path.exists(), f"{path} missing: unpack llama-cpp-python==0.3.36's sdist there"
-    return path.read_text()
+    """One of llama.cpp's real templates (tests/real_world.py fetches and caches them)."""
+    import real_world
+
+    return real_world.corpus_templates()[name]
 
 
 EXPECTED_PARSERS = {

@@ -24,33 +24,17 @@ import openai
 import pytest
 
 import native_build
+import real_world  # llama-cpp-python's sdist: real templates and tokenizers, cached
 from conftest import CompiledModel
-
-try:  # tests/real_world.py (llama-cpp-python's sdist: real templates and tokenizers)
-    import real_world  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - until that helper is merged
-    real_world = None
-
-_LCP_MODELS = Path("/tmp/lcp/llama_cpp_python-0.3.36/vendor/llama.cpp/models")
 
 
 def _models_dir() -> Path:
-    return real_world.models_dir() if real_world else _LCP_MODELS
+    return real_world.models_dir()
 
 
 def _tokenizer_dir(vocab: str) -> Path:
     """A directory with the tokenizer.json transformers makes of ggml-vocab-<vocab>.gguf."""
-    if real_world:
-        return Path(real_world.tokenizer_dir(vocab))
-    out = native_build.ROOT / "build" / "cache" / "tokenizers" / vocab
-    if not (out / "tokenizer.json").exists():
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(_models_dir()),
-                                            gguf_file=f"ggml-vocab-{vocab}.gguf")
-        out.mkdir(parents=True, exist_ok=True)
-        tok.save_pretrained(str(out))
-    return out
+    return Path(real_world.tokenizer_dir(vocab))
 
 
 QWEN_VOCAB = 151936  # the model's logits width (the tokenizer has 151,665 ids)
