@@ -151,7 +151,9 @@ def compiled(name: str) -> CompiledModel:
     out = TEST_MODELS / f"{name}-cpu"
     # An f32 KV cache (the default is f16): these builds are checked against transformers
     # at f32 tolerances. The f16 cache is served end to end by test_cli's default compile
-    # and test_quantized's kv:f16 build.
+    # and test_quantized's kv:f16 build. The weights keep the default (--weights auto):
+    # the llama (bf16) and qwen2 (f16) checkpoints are served in their own dtype, which
+    # holds their values exactly (test_parity checks the format and the logits).
     compile_model(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out, model_id=name,
                                  max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
                                  kv_dtype="f32"))

@@ -95,6 +95,39 @@ def test_bf16_widening_is_exact(tmp_path):
                                   values.float().numpy())
 
 
+@pytest.mark.parametrize(("matmul_dtype", "embed_dtype", "expected"), [
+    ("bfloat16", "bfloat16", "bf16"), ("float16", "float16", "f16"),
+    ("float16", "float32", "f32"),  # tied: the lm_head is the f32 embedding
+    ("float32", "bfloat16", "f32"), ("mixed", "float16", "f32")])
+def test_default_weight_format_is_the_checkpoints_dtype(tmp_path, matmul_dtype, embed_dtype,
+                                                        expected):
+    """--weights auto (the default) keeps 16-bit matmul weights (lm_head included) 16-bit;
+    any other dtype or a mix of them is stored as f32, which holds each of them exactly."""
+    import torch
+    from safetensors.torch import save_file as save_torch
+
+    from ninfer.frontend.model import read_model
+    from ninfer.options import CompileOptions
+
+    ckpt_dir = make_ckpt(tmp_path)
+    tensors = {}
+    for i, (name, value) in enumerate(_tensors(BASE).items()):
+        if name.endswith("proj.weight"):
+            dtype = (("float16", "bfloat16")[i % 2] if matmul_dtype == "mixed"
+                     else matmul_dtype)
+        else:
+            dtype = embed_dtype if name == "model.embed_tokens.weight" else "float32"
+        tensors[name] = torch.from_numpy(value).to(getattr(torch, dtype))
+    save_torch(tensors, str(ckpt_dir / "model.safetensors"))
+    model = read_model(ckpt_dir)
+    assert model.native_weight_format() == expected
+    opts, note = CompileOptions(ckpt_dir).with_checkpoint_weights(model.native_weight_format())
+    assert opts.weights == expected
+    assert note == f"--weights not given: {expected}, the checkpoint's own dtype"
+    given, none = CompileOptions(ckpt_dir, weights="q8g32").with_checkpoint_weights(expected)
+    assert (given.weights, none) == ("q8g32", None)
+
+
 def test_unsupported_architecture_is_named(tmp_path):
     cfg = {**BASE, "architectures": ["GPT2LMHeadModel"]}
     with pytest.raises(FrontendError, match=r"'GPT2LMHeadModel' is not supported.*Qwen3"):

@@ -16,7 +16,7 @@ MODEL = Path("model")
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"prefill_projections": "fast"}, "--prefill-projections must be 'auto', 'tvm' or 'coop'"),
-    ({"weights": "q3g16"}, "weight format 'q3g16' is not one of"),
+    ({"weights": "q3g16"}, "weight format 'q3g16' is not 'auto' or one of"),
     ({"weight_overrides": (("lm_head", "int2"),)}, "weight format 'int2'"),
     ({"kv_dtype": "int2"}, "--kv-dtype 'int2' is not one of"),
     ({"kv_capacity": -1}, "--kv-capacity -1"),

@@ -7,6 +7,8 @@ order: observed ~1e-6).
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -39,6 +41,15 @@ def hf_greedy(model, ids: list[int], n: int) -> list[int]:
 @pytest.fixture(scope="module")
 def hf(any_model):
     return any_model.hf_model(), any_model.hf_tokenizer(), any_model.engine()
+
+
+def test_checkpoint_dtype_is_the_default_weight_format(any_model):
+    """Compiled without --weights, a bf16 checkpoint is served in bf16 and an f16 one in
+    f16 (the fixtures' checkpoints: conftest._make_checkpoint)."""
+    report = json.loads((any_model.out_dir / "compile_report.json").read_text())
+    expected = {"qwen3-tiny": "f32", "llama-tiny": "bf16", "qwen2-tiny": "f16"}[any_model.name]
+    assert set(report["plan"]["weights"].values()) == {expected}
+    assert f"--weights not given: {expected}, the checkpoint's own dtype" in report["notes"]
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

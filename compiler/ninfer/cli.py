@@ -40,10 +40,11 @@ console = Console(stderr=True)
 @click.option("--kv-capacity", default="auto", show_default=True,
               help="Tokens in the paged KV pool: 'auto' (every slot at full context, capped "
                    "by the memory left after weights and activations) or a number.")
-@click.option("--weights", "weights", default="f32", show_default=True,
-              type=click.Choice(["f32", "f16", "bf16", "q8g32", "q4g64", "q4g128"]),
-              help="Storage format of the matmul weights (group-wise int8/int4 with one fp16 "
-                   "scale per group of 32/64/128 along k).")
+@click.option("--weights", "weights", default="auto", show_default=True,
+              type=click.Choice(["auto", "f32", "f16", "bf16", "q8g32", "q4g64", "q4g128"]),
+              help="Storage format of the matmul weights: auto keeps the checkpoint's dtype "
+                   "(f16, bf16, else f32); q* are group-wise int8/int4 with one fp16 scale "
+                   "per group of 32/64/128 along k.")
 @click.option("--weights-override", "weight_overrides", multiple=True, metavar="ROLE=FORMAT",
               help="Per-role format, e.g. lm_head=q8g32 (roles: q k v o gate_up down "
                    "lm_head); repeatable.")

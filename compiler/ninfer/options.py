@@ -7,7 +7,7 @@ Checks that need no target run in `__post_init__`; those that depend on the targ
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -49,7 +49,10 @@ class CompileOptions:
     prefill_chunk: int | None = None
     max_concurrency: int | None = None
     kv_capacity: int = 0  # tokens; 0 = auto
-    weights: str = "f32"  # matmul weight format (plan.FORMAT_WDTYPES)
+    # Matmul weight format (plan.FORMAT_WDTYPES), or "auto": the checkpoint's own dtype
+    # (a bf16 checkpoint stays bf16, as llama.cpp's converter keeps it); resolved by
+    # with_checkpoint_weights once the frontend has read the checkpoint.
+    weights: str = "auto"
     weight_overrides: tuple[tuple[str, str], ...] = ()  # (role, format), e.g. lm_head
     kv_dtype: str = "f16"  # KV-cache format (ninfer.quantize.kv_formats)
     memory_gib: float | None = None
@@ -72,7 +75,10 @@ class CompileOptions:
         if self.prefill_projections not in PREFILL_PROJECTIONS:
             raise OptionsError(f"--prefill-projections must be 'auto', 'tvm' or 'coop', got "
                                f"{self.prefill_projections!r}")
-        for fmt in (self.weights, *(f for _, f in self.weight_overrides)):
+        if self.weights != "auto" and self.weights not in FORMAT_WDTYPES:
+            raise OptionsError(f"weight format {self.weights!r} is not 'auto' or one of "
+                               f"{', '.join(FORMAT_WDTYPES)}")
+        for _, fmt in self.weight_overrides:
             if fmt not in FORMAT_WDTYPES:
                 raise OptionsError(f"weight format {fmt!r} is not one of "
                                    f"{', '.join(FORMAT_WDTYPES)}")
@@ -87,6 +93,15 @@ class CompileOptions:
         if self.kv_capacity < 0:
             raise OptionsError(f"--kv-capacity {self.kv_capacity} must be a positive number "
                                "of tokens, or 0 for auto")
+
+    def with_checkpoint_weights(self, native: str) -> tuple[CompileOptions, str | None]:
+        """`weights="auto"` resolved to `native` (the checkpoint's matmul dtype as a
+        format name), and the note the compile prints about it (None when --weights was
+        given)."""
+        if self.weights != "auto":
+            return self, None
+        return (replace(self, weights=native),
+                f"--weights not given: {native}, the checkpoint's own dtype")
 
     @property
     def resolved_model_id(self) -> str:
@@ -112,7 +127,7 @@ class CompileOptions:
         """The serve limits for a model with `max_positions` positions (its
         max_position_embeddings); checked against the model by make_plan."""
         formats = {self.weights, *(fmt for _, fmt in self.weight_overrides)}
-        floats = formats <= {"f32", "f16", "bf16"}
+        floats = formats <= {"auto", "f32", "f16", "bf16"}
         gemv_rows = GEMV_MAX_ROWS_CPU_FLOAT if target.kind == "cpu" and floats else GEMV_MAX_ROWS
         context, chunk, concurrency = self._limit_values(max_positions)
         return ServeLimits(context, chunk, max_concurrency=concurrency, gemv_max_rows=gemv_rows,
@@ -142,4 +157,7 @@ class CompileOptions:
         return context, chunk, concurrency
 
     def weight_formats(self) -> WeightFormats:
+        if self.weights == "auto":
+            raise OptionsError("weights='auto' is resolved from the checkpoint first "
+                               "(with_checkpoint_weights)")
         return WeightFormats(self.weights, tuple(self.weight_overrides))

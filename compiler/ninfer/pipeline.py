@@ -63,6 +63,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     #    to C++ now (pure Python), so a construct the generator lacks fails at once.
     with stage("frontend"):
         model = read_model(opts.model_dir, opts.chat_template)
+        opts, weights_note = opts.with_checkpoint_weights(model.native_weight_format())
         chat_sources = chat_template_sources(model.chat_templates)
     dump.json("graph.json", model.graph_json())
 
@@ -126,7 +127,9 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     report = CompileReport(model_id, model.graph.config.architecture, target, plan,
                            tuple((s.name(), s.family) for s in plan.unique_kernels()),
                            tuple(str(p.relative_to(out_dir)) for p in tree.files),
-                           launches, stage.seconds, opts.limit_notes(positions))
+                           launches, stage.seconds,
+                           (*((weights_note,) if weights_note else ()),
+                            *opts.limit_notes(positions)))
     report_path = out_dir / "compile_report.json"
     report_path.write_text(json.dumps(report.to_json(), indent=2))
     dump.json("report.json", report.to_json())
@@ -140,6 +143,7 @@ def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
     limits and tokenizer must not, or the server refuses the artifact."""
     target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
     model = read_model(opts.model_dir, opts.chat_template)
+    opts, _ = opts.with_checkpoint_weights(model.native_weight_format())
     limits = opts.serve_limits(target, model.graph.config.max_position_embeddings)
     plan = make_plan(model.graph, target, limits, opts.weight_formats())
     return write_model(path, model, plan, target, opts.resolved_model_id)

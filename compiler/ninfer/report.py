@@ -50,7 +50,7 @@ class CompileReport:
     generated: tuple[str, ...]  # generated files, relative to the output directory
     launches: tuple[LaunchRow, ...]  # CUDA: every launch the runtime can make
     stage_seconds: dict[str, float]
-    notes: tuple[str, ...] = ()  # serve limits the compile chose (options.limit_notes)
+    notes: tuple[str, ...] = ()  # what the compile chose for options not given
 
     def to_json(self) -> dict[str, Any]:
         return {

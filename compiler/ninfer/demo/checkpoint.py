@@ -14,6 +14,7 @@ transformers and attach the same tokenizers.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import inspect
 import json
@@ -156,8 +157,6 @@ def write_demo_checkpoint(directory: Path, seed: int = 0, trained: bool = True,
                           progress: Callable[[str], None] | None = None) -> Path:
     """The embedded default checkpoint (see the module docstring); byte-identical for a given
     seed (and, trained, the same machine and torch). Returns at once when cached."""
-    from safetensors.numpy import save_file
-
     directory = Path(directory)
     if is_cached(directory, seed, trained):
         return directory
@@ -168,8 +167,29 @@ def write_demo_checkpoint(directory: Path, seed: int = 0, trained: bool = True,
             raise RuntimeError(
                 "the embedded demo model is trained on first use and needs torch: install "
                 "ninfer's 'demo' extra (scripts/setup.sh does), or pass --model") from exc
-    tmp = directory.with_name(f"{directory.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    # One writer at a time (training takes minutes): a second caller waits, then finds the
+    # first one's checkpoint. A failed or interrupted write leaves no partial directory.
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.with_name(f"{directory.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_cached(directory, seed, trained):
+            return directory
+        tmp = directory.with_name(f"{directory.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _write(tmp, seed, trained, progress)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(directory, ignore_errors=True)
+        tmp.rename(directory)
+    return directory
+
+
+def _write(tmp: Path, seed: int, trained: bool,
+           progress: Callable[[str], None] | None) -> None:
+    from safetensors.numpy import save_file
+
     texts = _corpus_texts()
     facts = write_tokenizer_files(tmp, "qwen", extra=texts * TOKENIZER_CORPUS_WEIGHT)
     vocab = (facts["vocab_size"] + 63) // 64 * 64
@@ -184,9 +204,6 @@ def write_demo_checkpoint(directory: Path, seed: int = 0, trained: bool = True,
         {"eos_token_id": facts["eos_token_id"], "bos_token_id": facts["bos_token_id"]}, indent=2))
     (tmp / STAMP).write_text(json.dumps({"digest": demo_digest(seed, trained),
                                          "trained": trained, "seed": seed}, indent=2))
-    shutil.rmtree(directory, ignore_errors=True)
-    tmp.rename(directory)
-    return directory
 
 
 def _train(directory: Path, cfg: dict[str, Any], init: dict[str, np.ndarray],

@@ -23,6 +23,15 @@ class FrontendModel:
     tokenizer: TokenizerInfo
     chat_templates: tuple[ChatTemplate, ...]
 
+    def native_weight_format(self) -> str:
+        """The weight format that stores the checkpoint's matmul weights as they are:
+        f16 or bf16 when all of them are that dtype, else f32 (lossless for any mix)."""
+        dtypes = {self.checkpoint.tensors[src].dtype
+                  for w in self.graph.weights if w.role in ("linear", "lm_head")
+                  for src in w.sources}
+        return {frozenset({"F16"}): "f16", frozenset({"BF16"}): "bf16"}.get(
+            frozenset(dtypes), "f32")
+
     def graph_json(self) -> dict[str, Any]:
         """The graph as `--dump` writes it (graph.json)."""
         g = self.graph
