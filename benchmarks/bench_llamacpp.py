@@ -6,15 +6,22 @@
 Builds once (cached under build/bench/) a ~0.5B-parameter random-weight Qwen3 checkpoint
 with transformers (fixed seed, fp16 safetensors, the demo tokenizer padded to the model's
 vocab), converts it with ninfer.bench.gguf_export to GGUF F32 / F16 / Q8_0 / Q4_0, and times,
-each in its own process with the same thread count:
-  - llama.cpp through llama-cpp-python (n_ctx 1024, logits of the last token only);
+each in its own process with the same thread count, the two engines alternating round by
+round (--rounds; medians are reported, and each round's ratio):
+  - llama.cpp through llama-cpp-python's low-level API, as its own llama-bench drives it:
+    `llama_decode` on `llama_batch_get_one` batches, `llama_synchronize`, the memory cleared
+    between runs (n_ctx 1024, logits of the last token only). The same loop through
+    `Llama.eval` is timed too and printed as its cost per token;
   - ninfer in the matching format (f32, f16, q8g32, q4g64), see `ninfer_rates`;
   - decode: tokens/s of single-token steps after a 128-token prefill (context 128..192;
     the best 16-step window, see `_measure`);
   - prefill: tokens/s of one 256-token prompt.
-It also measures the machine's memory bandwidth with numpy (same threads, 1 GiB arrays)
-and prints, per run, the fraction of the bandwidth roofline its decode reaches: weight
-bytes read per token x tokens/s / bandwidth (the KV cache, ~5% here, is not counted).
+The roofline comes from ninfer.bench.roofline: a multi-threaded C read loop over a buffer of
+the model's weight size (same threads, best of 5, with and without huge pages) and the FMA
+peak. Each decode figure is printed with the fraction of the read bandwidth it reaches
+(weight bytes read per token x tokens/s / bandwidth; the KV cache, ~5% here, is not
+counted), each prefill figure with the fraction of the FMA peak (2 x parameters read x
+tokens/s / peak).
 
 Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
 command line.
@@ -28,7 +35,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +59,7 @@ class Rates:
     prefill: float  # tokens/s
     bytes_per_token: float  # weight bytes one decode step reads
     note: str = ""
+    eval_decode: float = 0.0  # llama.cpp only: the same decode through Llama.eval
 
 
 # ------------------------------------------------------------------ setup
@@ -114,38 +121,11 @@ def export_all(ckpt: Path, qtypes: list[str]) -> dict[str, Path]:
     return paths
 
 
-def memory_bandwidth(threads: int, gib: float = 1.0, repeats: int = 5) -> dict[str, float]:
-    """Best-of-`repeats` GB/s of `threads` numpy threads streaming `gib` GiB arrays:
-    read (a dot product of each slice with itself: OpenBLAS sdot, reads once) and add
-    (STREAM's a = b + c, counted as 3 arrays)."""
-    import numpy as np
-
-    n = int(gib * 2**30) // 4
-    a, b, c = (np.full(n, v, dtype=np.float32) for v in (0.0, 1.0, 2.0))
-    bounds = [(n * i // threads, n * (i + 1) // threads) for i in range(threads)]
-
-    def timed(kernel: Callable[[int, int], object], nbytes: int) -> float:
-        best = 0.0
-        for _ in range(repeats):
-            workers = [threading.Thread(target=kernel, args=r) for r in bounds]
-            t0 = time.perf_counter()
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            best = max(best, nbytes / (time.perf_counter() - t0) / 1e9)
-        return best
-
-    read = timed(lambda lo, hi: np.dot(b[lo:hi], b[lo:hi]), b.nbytes)
-    add = timed(lambda lo, hi: np.add(b[lo:hi], c[lo:hi], out=a[lo:hi]), 3 * a.nbytes)
-    return {"read": read, "add": add}
-
-
 # ------------------------------------------------------------------ timing (worker processes)
 
 
 def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], None],
-             n_dec: int, repeats: int) -> tuple[float, float]:
+             n_dec: int, repeats: int, prefill: bool = True) -> tuple[float, float]:
     """(decode tok/s, prefill tok/s), best of `repeats`; forward(ids, pos).
 
     Decode is timed in windows of DECODE_WINDOW steps and the best window counts: on a
@@ -165,7 +145,7 @@ def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], No
             for i in range(w, w + steps):
                 forward([7], DECODE_CONTEXT + i)
             dec = max(dec, steps / (time.perf_counter() - t0))
-    for _ in range(repeats):
+    for _ in range(repeats if prefill else 0):
         reset()
         t0 = time.perf_counter()
         forward(PROMPT, 0)
@@ -174,6 +154,9 @@ def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], No
 
 
 def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> Rates:
+    import ctypes
+
+    import llama_cpp as lc
     from llama_cpp import Llama
 
     from ninfer.bench.gguf_export import weight_bytes_per_token
@@ -181,13 +164,32 @@ def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> R
     llm = Llama(model_path=str(gguf_path), n_ctx=N_CTX, n_batch=PREFILL_TOKENS,
                 n_ubatch=PREFILL_TOKENS, n_threads=threads, n_threads_batch=threads,
                 logits_all=False, verbose=False)
+    ctx = llm._ctx.ctx
+    memory = lc.llama_get_memory(ctx)
+    buffers = {n: (lc.llama_token * n)() for n in (1, DECODE_CONTEXT, 32, PREFILL_TOKENS)}
 
-    def forward(ids: list[int], pos: int) -> None:
+    def decode(ids: list[int], pos: int) -> None:  # llama-bench's loop
+        buf = buffers[len(ids)]
+        ctypes.memmove(buf, (lc.llama_token * len(ids))(*ids), ctypes.sizeof(buf))
+        if lc.llama_decode(ctx, lc.llama_batch_get_one(buf, len(ids))) != 0:
+            raise RuntimeError(f"llama_decode failed at position {pos}")
+        lc.llama_synchronize(ctx)
+
+    def clear() -> None:
+        lc.llama_memory_clear(memory, True)
+
+    dec, pre = _measure(decode, clear, n_dec, repeats)
+
+    def through_eval(ids: list[int], pos: int) -> None:
         assert pos == llm.n_tokens
         llm.eval(ids)
 
-    dec, pre = _measure(forward, llm.reset, n_dec, repeats)
-    return Rates(dec, pre, weight_bytes_per_token(gguf_path))
+    def reset() -> None:
+        llm.reset()
+        clear()
+
+    eval_dec, _ = _measure(through_eval, reset, n_dec, repeats, prefill=False)
+    return Rates(dec, pre, weight_bytes_per_token(gguf_path), eval_decode=eval_dec)
 
 
 def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -> Rates:
@@ -258,20 +260,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="runs per engine per round")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating llama.cpp / ninfer rounds per format (medians reported)")
     ap.add_argument("--formats", default=",".join(q for q, _ in FORMATS),
                     help="comma-separated GGUF types to run (F32,F16,Q8_0,Q4_0)")
     ap.add_argument("--no-ninfer", action="store_true", help="time llama.cpp only")
-    ap.add_argument("--bandwidth", type=float, default=0.0,
-                    help="roofline in GB/s (default: the best numpy stream measured here)")
     ap.add_argument("--model-name", default="qwen3-0.5b", help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=["llamacpp", "ninfer"], help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: one thread per slice
     if args.worker:
         _worker(args)
         return
+
+    from ninfer.bench.roofline import measure
 
     load = os.getloadavg()[0]
     if load > 0.5:
@@ -281,14 +284,20 @@ def main() -> None:
     ckpt = build_checkpoint(bench_dir() / args.model_name)
     total, read = param_counts(ckpt)
     paths = export_all(ckpt, [q for q, _ in wanted])
-    bw = memory_bandwidth(args.threads)
-    roof = args.bandwidth or max(bw.values())
+    from ninfer.bench.gguf_export import weight_bytes_per_token
+
+    roof = measure(int(max(weight_bytes_per_token(paths[q]) for q, _ in wanted)), args.threads)
+    print(roof.describe(), flush=True)
 
     rows = []
     for qtype, fmt in wanted:
-        ref = run_worker("llamacpp", str(paths[qtype]), args)
-        ours = None if args.no_ninfer else run_worker("ninfer", fmt, args)
-        rows.append((qtype, fmt, ref, ours))
+        refs: list[Rates] = []
+        ours: list[Rates] = []
+        for _ in range(args.rounds):
+            refs.append(run_worker("llamacpp", str(paths[qtype]), args))
+            if not args.no_ninfer:
+                ours.append(run_worker("ninfer", fmt, args))
+        rows.append((qtype, fmt, refs, ours))
         print(f"  measured {qtype} / {fmt}", flush=True)
 
     m = MODEL
@@ -299,29 +308,51 @@ def main() -> None:
           f"{args.threads}")
     print(f"decode: {args.decode_tokens} steps from context {DECODE_CONTEXT}, best "
           f"{DECODE_WINDOW}-step window of {args.repeats} runs; prefill: {PREFILL_TOKENS} "
-          f"tokens in one batch, best of {args.repeats}")
-    print(f"memory bandwidth (numpy, {args.threads} threads, 1 GiB): read {bw['read']:.1f} GB/s, "
-          f"add {bw['add']:.1f} GB/s; roofline {roof:.1f} GB/s; load average at the end "
-          f"{os.getloadavg()[0]:.1f}")
-    print(f"{'llama.cpp':<10}{'GB/tok':>7}{'decode':>9}{'roof':>6}{'prefill':>9}   "
-          f"{'ninfer':<7}{'GB/tok':>7}{'decode':>9}{'roof':>6}{'prefill':>9}   "
-          f"{'dec x':>6}{'pre x':>6}")
+          f"tokens in one batch, best of {args.repeats}; {args.rounds} alternating rounds, "
+          f"medians; load average at the end {os.getloadavg()[0]:.1f}")
+    print(roof.describe())
+    bw, peak = roof.best_read_gbps, roof.fma_gflops
+    print(f"{'llama.cpp':<10}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'prefill':>9}{'of pk':>6}"
+          f"   {'ninfer':<7}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'prefill':>9}{'of pk':>6}"
+          f"   {'dec x':>6}{'pre x':>6}  per-round dec x")
 
     def cells(r: Rates | None) -> str:
         if r is None:
-            return f"{'(not run)' if args.no_ninfer else '(format not built yet)':>31}"
+            return f"{'(not run)':>43}"
         if r.note:
-            return f"{'(' + r.note + ')':>31}"
-        frac = r.bytes_per_token * r.decode / 1e9 / roof
+            return f"{'(' + r.note + ')':>43}"
+        frac = r.bytes_per_token * r.decode / 1e9 / bw
+        flops = 2.0 * read * r.prefill / 1e9 / peak
         return (f"{r.bytes_per_token / 1e9:>7.3f}{r.decode:>7.1f}/s{frac:>6.0%}"
-                f"{r.prefill:>7.0f}/s")
+                f"{r.prefill:>7.0f}/s{flops:>6.0%}")
 
-    for qtype, fmt, ref, ours in rows:
-        ratio = ""
-        if ref and ours and not ref.note and not ours.note:
-            ratio = f"{ours.decode / ref.decode:>6.2f}{ours.prefill / ref.prefill:>6.2f}"
-        print(f"{qtype:<10}{cells(ref)}   {fmt:<7}{cells(ours)}   {ratio}")
-    print("ratios: ninfer / llama.cpp; roof: weight bytes per token x tokens/s / roofline")
+    for qtype, fmt, refs, ours in rows:
+        ref, mine = _median(refs), _median(ours)
+        ratio = per_round = ""
+        if ref and mine and not ref.note and not mine.note:
+            ratio = f"{mine.decode / ref.decode:>6.2f}{mine.prefill / ref.prefill:>6.2f}"
+            per_round = " ".join(f"{o.decode / r.decode:.2f}" for r, o in zip(refs, ours,
+                                                                                  strict=True)
+                                 if r.decode and o.decode)
+        print(f"{qtype:<10}{cells(ref)}   {fmt:<7}{cells(mine)}   {ratio}  {per_round}")
+    for qtype, _, refs, _ in rows:
+        ref = _median(refs)
+        if ref and ref.decode and ref.eval_decode:
+            cost = 1e6 / ref.eval_decode - 1e6 / ref.decode
+            print(f"llama.cpp {qtype} through Llama.eval: {ref.eval_decode:.1f} tok/s "
+                  f"({cost:+.0f} us per token against llama_decode)")
+    print("ratios: ninfer / llama.cpp; of bw: weight bytes per token x tokens/s / read "
+          "bandwidth; of pk: 2 x parameters read x tokens/s / FMA peak")
+
+
+def _median(runs: list[Rates]) -> Rates | None:
+    """The run of median decode rate (its prefill alongside), failed runs left out."""
+    ok = sorted((r for r in runs if not r.note), key=lambda r: r.decode)
+    if not ok:
+        return runs[0] if runs else None
+    mid = ok[len(ok) // 2]
+    prefill = sorted(r.prefill for r in ok)[len(ok) // 2]
+    return dataclasses.replace(mid, prefill=prefill)
 
 
 if __name__ == "__main__":

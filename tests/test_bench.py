@@ -180,3 +180,21 @@ def test_soak_reports_failed_requests(qwen3_model, tmp_path):
     res = json.loads(out.read_text())
     assert res["failed"] == 4 and res["statuses"] == {"400": 4} and not res["passed"]
     assert "HTTP 400" in res["failures"][0]
+
+
+def test_roofline_probe_builds_and_reports_each_pass():
+    """The C read/FMA probe the benchmarks print their roofline from: built for this host,
+    it reports one figure per pass and the best of them."""
+    import json
+    import subprocess
+
+    from ninfer.bench import roofline
+
+    exe = roofline.probe_binary()
+    out = json.loads(subprocess.run([str(exe), "read", str(64 << 20), "2", "3", "1"],
+                                    capture_output=True, text=True, check=True).stdout)
+    assert len(out["runs"]) == 3 and out["gbps"] == max(out["runs"]) > 0
+    assert out["bytes"] == 64 << 20
+    assert roofline.fma_gflops(1, repeats=1) > 0
+    bad = subprocess.run([str(exe), "write"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "usage" in bad.stderr
