@@ -486,10 +486,19 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
   });
 }
 
+namespace {
+
+// A Messages body as the chat-completions body text it becomes, keys in their order.
+std::string anthropic_as_openai(const std::string& body, bool count_tokens) {
+  parse_body(body);  // a body that is not JSON: the usual 400
+  return anthropic::to_openai_request(nlohmann::ordered_json::parse(body), count_tokens).dump();
+}
+
+}  // namespace
+
 void Routes::messages(const httplib::Request& req, httplib::Response& res) const {
-  const json oa = anthropic::to_openai_request(parse_body(req.body));
-  const CompletionRequest r =
-      parse_completion_request(oa, /*chat=*/true, model_names, engine.info().vocab_size);
+  const CompletionRequest r = parse_completion_request(
+      anthropic_as_openai(req.body, false), /*chat=*/true, model_names, engine.info().vocab_size);
   const std::string id = anthropic::new_message_id();
   GenerationSink sink;
   sink.response = [id](httplib::Response& res, const json& completion) {
@@ -516,9 +525,9 @@ void Routes::messages(const httplib::Request& req, httplib::Response& res) const
 }
 
 void Routes::count_tokens(const httplib::Request& req, httplib::Response& res) const {
-  const json oa = anthropic::to_openai_request(parse_body(req.body), /*count_tokens=*/true);
   const CompletionRequest r =
-      parse_completion_request(oa, /*chat=*/true, model_names, engine.info().vocab_size);
+      parse_completion_request(anthropic_as_openai(req.body, /*count_tokens=*/true),
+                               /*chat=*/true, model_names, engine.info().vocab_size);
   send_json(res, 200, {{"input_tokens", prompt_tokens(r).size()}});
 }
 
