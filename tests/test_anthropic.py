@@ -280,6 +280,73 @@ def test_thinking_off_count_tokens_and_output_format(ext: Any) -> None:
                                       "json_schema": {"name": "output", "schema": schema}}
 
 
+# Properties out of alphabetical order: a sorted (std::map) JSON would reorder them.
+UNSORTED = {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {
+    "type": "object", "properties": {"yak": {"type": "integer"}, "bee": {"type": "string"}}}},
+    "required": ["zeta"]}
+
+
+def test_key_order_is_kept(ext: Any) -> None:
+    """Tool schemas reach the chat template, and an output schema the grammar, as written."""
+    out = _to_openai(ext, {"messages": USER, "max_tokens": 1, "tools": [
+        {"name": "f", "description": "d", "input_schema": UNSORTED}],
+        "output_config": {"format": {"type": "json_schema", "schema": UNSORTED}}})
+    fn = out["tools"][0]["function"]
+    assert list(fn) == ["name", "description", "parameters"]
+    for schema in (fn["parameters"], out["response_format"]["json_schema"]["schema"]):
+        assert json.dumps(schema) == json.dumps(UNSORTED)  # every level in the same order
+
+
+def test_tool_schema_order_reaches_the_prompt(tmp_path: Any,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the server: /v1/messages renders the same prompt as the chat endpoint given
+    the same tools in the same order (the fake model's output follows its whole prompt),
+    under the official Qwen3 template, which writes each tool with tojson."""
+    import real_world
+    from chat_suite import FAKE_TEMPLATE
+    from ninfer.artifact import write_artifact
+    from ninfer.frontend.chat_template import ChatTemplate, manifest_entry
+    from ninfer.runtime import Server
+
+    real_world.models_dir()
+    binary = native_build.build("fake_server") / "fake-server" / "ninfer-server"
+    qwen3 = real_world.corpus_templates()["Qwen-Qwen3-0.6B"]
+    entry = manifest_entry((ChatTemplate("default", FAKE_TEMPLATE),
+                            ChatTemplate("tool_use", qwen3)), {})
+    artifact = tmp_path / "model.ninfer"
+    write_artifact(artifact, {**MANIFEST, "chat_template": entry}, [])
+    monkeypatch.setenv("NINFER_FAKE_MAX_CONTEXT", "1024")
+    monkeypatch.delenv("NINFER_FAKE_GATE", raising=False)
+    msgs = [{"role": "user", "content": "what is the weather"}]
+
+    def openai_tools(schema: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"type": "function",
+                 "function": {"name": "weather", "description": "d", "parameters": schema}}]
+
+    reordered = {**UNSORTED, "properties": dict(reversed(UNSORTED["properties"].items()))}
+    greedy = {"max_tokens": 12, "temperature": 0}
+    with Server(binary, extra_args=("--artifact", str(artifact)), startup_timeout=60) as srv:
+        def chat(schema: dict[str, Any]) -> tuple[list[int], str]:
+            r = srv.client.post("/v1/chat/completions", json={
+                "messages": msgs, "tools": openai_tools(schema), "return_token_ids": True,
+                **greedy})
+            assert r.status_code == 200, r.text
+            return r.json()["prompt_token_ids"], r.json()["choices"][0]["message"]["content"]
+
+        r = srv.client.post("/v1/messages", json={
+            "messages": msgs, "tools": [{"name": "weather", "description": "d",
+                                         "input_schema": UNSORTED}], **greedy})
+        assert r.status_code == 200, r.text
+        text = "".join(b["text"] for b in r.json()["content"] if b["type"] == "text")
+        (ids, same), (other_ids, other) = chat(UNSORTED), chat(reordered)
+        assert ids != other_ids and same != other  # the prompt, and so the output, shows it
+        assert text == same
+        count = srv.client.post("/v1/messages/count_tokens", json={
+            "messages": msgs, "tools": [{"name": "weather", "description": "d",
+                                         "input_schema": UNSORTED}]})
+        assert count.json()["input_tokens"] == len(ids)
+
+
 @pytest.mark.parametrize(("body", "says"), [
     ({"messages": [{"role": "assistant", "content": [
         {"type": "tool_result", "tool_use_id": "x", "content": "y"}]}, *USER]},

@@ -8,7 +8,8 @@
   scripted to write a given output (NINFER_FAKE_SCRIPT, tests/native/fake_server_model.cpp)
   with a byte-level vocabulary: reasoning_content / content, tool_calls with
   finish_reason tool_calls, streamed deltas that reassemble to the non-streamed message,
-  reasoning_tokens, the thinking budget, and the 400s.
+  reasoning_tokens, the thinking budget, and the 400s; structured output that starts after
+  the reasoning (vLLM's order), and n > 1 choices with their own grammar and budget.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 
 import native_build
+from chat_suite import SCRIPTED_PROMPTS
 from ninfer.frontend.output_formats import OutputParsers, detect_output_parsers
 
 HANG = 60.0
@@ -388,3 +391,129 @@ def test_unknown_parser_flag_is_refused(fake_server: Path) -> None:
                        text=True, timeout=HANG)
     assert r.returncode == 2
     assert "--tool-call-parser" in r.stderr and "qwen3_coder" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# Structured output on a thinking model, and n > 1 with constraints (each choice its own)
+
+COLORS = ["red", "green", "blue", "cyan", "gray", "pink", "gold", "teal"]
+WEATHER_SCHEMA = {"type": "object",
+                  "properties": {"city": {"type": "string", "maxLength": 12},
+                                 "color": {"enum": COLORS}},
+                  "required": ["city", "color"], "additionalProperties": False}
+JSON_SCHEMA = {"type": "json_schema",
+               "json_schema": {"name": "weather", "schema": WEATHER_SCHEMA, "strict": True}}
+
+
+@pytest.mark.parametrize("generation_prompt", SCRIPTED_PROMPTS)
+def test_thinking_then_json(scripted: Any, generation_prompt: str) -> None:
+    """The reasoning is free; the answer after it follows the schema (vLLM's order)."""
+    answer = '{"city": "Paris", "color": "blue"}'
+    srv = scripted(f"<think>\nThe user wants JSON [not this].\n</think>\n\n{answer}",
+                   generation_prompt=generation_prompt)
+    r = _both(srv, response_format=JSON_SCHEMA)
+    assert r["message"]["reasoning_content"] == "The user wants JSON [not this]."
+    assert r["message"]["content"] == answer
+    assert r["finish"] == "stop"
+
+
+def test_json_after_thinking_is_enforced(scripted: Any) -> None:
+    srv = scripted('<think>\nPurple, I think.\n</think>\n\n{"city": "Paris", "color": "purple"}')
+    r = _both(srv, response_format=JSON_SCHEMA)
+    assert r["message"]["reasoning_content"] == "Purple, I think."
+    obj = json.loads(r["message"]["content"])
+    jsonschema.validate(obj, WEATHER_SCHEMA)
+    assert obj["city"] == "Paris" and obj["color"] == "pink"  # "p", then the grammar's pick
+    # thinking off: no block, the grammar from the first token
+    r = _both(srv, response_format=JSON_SCHEMA,
+              extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert "reasoning_content" not in r["message"]
+    jsonschema.validate(json.loads(r["message"]["content"]), WEATHER_SCHEMA)
+
+
+def test_completions_grammar_from_the_first_token(scripted: Any) -> None:
+    """No reasoning parser on completions: the grammar masks the <think> the model wants."""
+    srv = scripted('<think>\nno\n</think>\n\n{"city": "Rome", "color": "red"}')
+    c = _client(srv).completions.create(model="fake", prompt="Weather?\n<gen>", temperature=0,
+                                        max_tokens=60, extra_body={"guided_json": WEATHER_SCHEMA})
+    assert "think" not in c.choices[0].text
+    jsonschema.validate(json.loads(c.choices[0].text), WEATHER_SCHEMA)
+
+
+def _n_choices(srv: Any, n: int, stream: bool, **kw: Any) -> list[dict[str, Any]]:
+    """The n choices' messages and finish reasons, streamed deltas reassembled by index."""
+    client = _client(srv)
+    extra = kw.pop("extra_body", {})
+    if not stream:
+        r = client.chat.completions.create(model="fake", messages=USER, n=n, extra_body=extra,
+                                           **kw)
+        out = [{**c.message.model_dump(exclude_none=True), "finish": c.finish_reason}
+               for c in sorted(r.choices, key=lambda c: c.index)]
+        assert r.usage is not None
+        out.append({"usage": r.usage.model_dump(exclude_none=True)})
+        return out
+    got: list[dict[str, Any]] = [{"role": "assistant"} for _ in range(n)]
+    usage: dict[str, Any] = {}
+    for chunk in client.chat.completions.create(model="fake", messages=USER, n=n, stream=True,
+                                                stream_options={"include_usage": True},
+                                                extra_body=extra, **kw):
+        if chunk.usage is not None:
+            usage = chunk.usage.model_dump(exclude_none=True)
+        for choice in chunk.choices:
+            m = got[choice.index]
+            for key, value in choice.delta.model_dump(exclude_none=True).items():
+                if key in ("reasoning_content", "content"):
+                    m[key] = m.get(key, "") + value
+            if choice.finish_reason:
+                m["finish"] = choice.finish_reason
+    return [*got, {"usage": usage}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_each_follow_the_schema(scripted: Any, stream: bool) -> None:
+    srv = scripted('<think>\nA colour.\n</think>\n\n{"city": "Oslo", "color": "violet"}')
+    *choices, _ = _n_choices(srv, 3, stream, response_format=JSON_SCHEMA, temperature=1.0,
+                             seed=3)
+    colors = []
+    for m in choices:
+        assert m["reasoning_content"] == "A colour." and m["finish"] == "stop", m
+        obj = json.loads(m["content"])
+        jsonschema.validate(obj, WEATHER_SCHEMA)
+        assert obj["city"] == "Oslo"
+        colors.append(obj["color"])
+    assert len(set(colors)) > 1, colors  # "violet" is masked: each choice samples its own
+    # the same seed streamed or not: the same choices (choice i samples with seed + i)
+    assert _n_choices(srv, 3, not stream, response_format=JSON_SCHEMA, temperature=1.0,
+                      seed=3)[:3] == choices
+
+
+def test_n_choices_completions_json(scripted: Any) -> None:
+    srv = scripted('{"city": "Lima", "color": "violet"}')
+    c = _client(srv).completions.create(model="fake", prompt="Weather?\n<gen>", n=3, seed=5,
+                                        temperature=1.0, max_tokens=60,
+                                        extra_body={"guided_json": WEATHER_SCHEMA})
+    objs = [json.loads(ch.text) for ch in sorted(c.choices, key=lambda ch: ch.index)]
+    for obj in objs:
+        jsonschema.validate(obj, WEATHER_SCHEMA)
+    assert len({o["color"] for o in objs}) > 1
+
+
+BUDGET_SCRIPT = "<think>\nLet me think about this for a long while.\n</think>\n\n"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_n_choices_with_a_thinking_budget(scripted: Any, stream: bool) -> None:
+    srv = scripted(BUDGET_SCRIPT + "The answer.")
+    *choices, usage = _n_choices(srv, 2, stream, temperature=0,
+                                 extra_body={"thinking_budget": 5})
+    for m in choices:  # each choice's own budget: "\n", "L", "e", "t" and the forced "\n"
+        assert (m["reasoning_content"], m["content"], m["finish"]) == \
+            ("Let", "The answer.", "stop"), m
+    assert usage["usage"]["completion_tokens_details"]["reasoning_tokens"] == 2 * 5
+    # a budget and a schema: the forced "</think>\n\n" passes the gate, then the JSON
+    srv = scripted(BUDGET_SCRIPT + '{"city": "Bern", "color": "gold"}')
+    *choices, _ = _n_choices(srv, 2, stream, temperature=0, response_format=JSON_SCHEMA,
+                             extra_body={"thinking_budget": 5})
+    for m in choices:
+        assert m["reasoning_content"] == "Let", m
+        jsonschema.validate(json.loads(m["content"]), WEATHER_SCHEMA)

@@ -7,6 +7,8 @@ Three levels:
   exactly what the official chat templates render for assistant tool calls;
 - the API over the fake server (no compiled model): every way of asking, and every
   refusal (400 naming the field, xgrammar's message for a schema it rejects);
+- the grammar behind a reasoning block (ReasoningGate), and copies of a constraint for the
+  choices of n > 1 (over the scripted fake server: tests/test_output_parsers.py);
 - the official openai client on the compiled random-weight Qwen3 (qwen3_model): the
   output follows the schema, the choice, the regex, also streamed.
 """
@@ -287,6 +289,62 @@ def test_tool_grammar_after_reasoning(compiler: Any) -> None:
     assert inside.accept_string("time, then.\n</think>\n\n" + call) and inside.completed()
     plain = compiler.tool_constraint("hermes", json.dumps(TOOLS), '"required"')
     assert not plain.accept_string("<think>")
+
+
+# ---- copies per choice, and the grammar behind a reasoning block ----
+
+def test_clone_is_an_independent_copy(compiler: Any) -> None:
+    c = compiler.constraint("json_schema", json.dumps(PERSON))
+    assert c.accept_string('{"name": "A')
+    d = c.clone()
+    assert d.accept_string('l", "age": 3}') and d.completed()
+    assert not c.completed() and c.accept_string('nn", "age": 40}') and c.completed()
+    assert not d.accept_string("x")  # d went on alone
+
+
+def _feed_gate(gate: Any, tokens: list[int]) -> int:
+    for i, t in enumerate(tokens):
+        if t not in set(gate.allowed_tokens(QWEN_VOCAB)):
+            return i
+        assert gate.accept(t)
+    return len(tokens)
+
+
+def test_gate_leaves_the_reasoning_free(compiler: Any, hf_qwen: Any) -> None:
+    def ids(text: str) -> list[int]:
+        return list(hf_qwen.encode(text, add_special_tokens=False))
+
+    # Qwen2's vocabulary has no think tokens: "<think>" and "</think>" are several each
+    think_open, think_close = ids("<think>"), ids("</think>")
+    answer = ids('{"name": "Al", "age": 7}')
+    assert len(think_open) > 1 and len(think_close) > 1
+    schema = json.dumps(PERSON)
+    # the prompt opened <think>: the block, "\n\n", then the schema
+    gate = compiler.gated("json_schema", schema, "inside")
+    assert len(gate.allowed_tokens(QWEN_VOCAB)) == QWEN_VOCAB  # nothing masked inside
+    thought = ids("Hmm, [1, 2] is not an object.\n")
+    assert _feed_gate(gate, thought + think_close) == len(thought) + len(think_close)
+    after = set(gate.allowed_tokens(QWEN_VOCAB))
+    [newline], [blank] = ids("\n"), ids("\n\n")
+    assert {newline, blank} <= after and answer[0] in after
+    assert all(hf_qwen.decode([t]).startswith("{") for t in after - {newline, blank})
+    copy = gate.clone()  # the other choice: from here on its own
+    assert _feed_gate(gate, [blank, *answer, IM_END]) == len(answer) + 2
+    assert gate.finished()
+    assert _feed_gate(copy, answer) == len(answer) and not copy.finished()  # no separator
+    # the output may open a block: <think> or the answer's first token
+    gate = compiler.gated("json_schema", schema, "block")
+    first = set(gate.allowed_tokens(QWEN_VOCAB))
+    assert think_open[0] in first and answer[0] in first and IM_END not in first
+    assert gate.accept(think_open[0])  # the rest of "<think>" is forced
+    assert gate.allowed_tokens(QWEN_VOCAB) == [think_open[1]]
+    block = think_open[1:] + thought + think_close + [newline, newline]
+    assert _feed_gate(gate, block) == len(block)
+    assert gate.answering() and set(gate.allowed_tokens(QWEN_VOCAB)) == \
+        set(compiler.constraint("json_schema", schema).allowed_tokens())
+    no_block = compiler.gated("json_schema", schema, "block")
+    assert _feed_gate(no_block, answer) == len(answer) and no_block.answering()
+    assert think_open[0] not in set(no_block.allowed_tokens(QWEN_VOCAB))
 
 
 # ---- the API over the fake server (letters a-z and <eos>) ----

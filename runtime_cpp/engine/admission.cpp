@@ -73,8 +73,6 @@ std::shared_ptr<RequestState> Engine::submit(GenerationRequest request) {
     throw std::invalid_argument("n must be in [1, " +
                                 std::to_string(sched_config_.max_concurrency) + "], got " +
                                 std::to_string(request.n));
-  if (request.n > 1 && !request.constraints.empty())
-    throw std::invalid_argument("n > 1 with constraints is not supported");
   if (request.logprobs > kMaxLogprobs)
     throw std::invalid_argument("at most " + std::to_string(kMaxLogprobs) + " logprobs");
   if (request.n > 1) {
@@ -91,7 +89,20 @@ std::shared_ptr<RequestState> Engine::submit(GenerationRequest request) {
              "n");
   }
 
+  // Each choice its own constraint state: copies made before any token.
+  std::vector<TokenConstraints> per_choice(request.n);
+  per_choice[0] = request.constraints;
+  for (int i = 1; i < request.n; ++i)
+    for (const auto& c : request.constraints) {
+      auto copy = c->clone();
+      if (!copy)
+        throw std::invalid_argument(
+            "n > 1 with a constraint that cannot be copied for each choice");
+      per_choice[i].push_back(std::move(copy));
+    }
+
   auto state = std::make_shared<RequestState>(std::move(request));
+  state->choice_constraints = std::move(per_choice);
   state->submitted_ms = clock_.now_ms();
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -13,6 +13,11 @@
 //   4. finished()       true when nothing more may follow (a complete grammar): the engine
 //                       ends the request with finish_reason "stop".
 // A constraint that forbids every token makes the engine fail the request.
+//
+// A request's constraints are those of its first choice; each other choice (n > 1) gets
+// clone()s of them, made by Engine::submit before any token: an independent copy in the
+// same state. A constraint that returns null cannot serve several choices, and a request
+// with n > 1 is then refused.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,7 @@ class TokenConstraint {
   virtual void apply(float* logits, int vocab) = 0;
   virtual bool accept(int32_t token) = 0;
   virtual bool finished() const { return false; }
+  virtual std::shared_ptr<TokenConstraint> clone() { return nullptr; }
 };
 
 using TokenConstraints = std::vector<std::shared_ptr<TokenConstraint>>;

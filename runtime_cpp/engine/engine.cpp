@@ -26,7 +26,8 @@ struct Engine::Seq : Sequence {
       int max_tokens)
       : state(std::move(st)), choices(std::move(c)), index(index),
         sampler(state->request.seed + static_cast<uint64_t>(index)), decoder(tok, true),
-        stops(state->request.stop), max_tokens(max_tokens) {
+        stops(state->request.stop), max_tokens(max_tokens),
+        constraints(std::move(state->choice_constraints.at(index))) {
     tokens = state->request.prompt;
     if (state->request.sampling.has_penalties()) counts.add_prompt(tokens);
   }
@@ -38,6 +39,7 @@ struct Engine::Seq : Sequence {
   StreamDecoder decoder;
   StopMatcher stops;
   int max_tokens;
+  TokenConstraints constraints;  // this choice's (request.h)
   int generated = 0;
   std::vector<int32_t> pending_tokens;  // sampled, not yet sent (held by the stop matcher)
   std::vector<TokenLogprob> pending_logprobs;
@@ -279,8 +281,7 @@ void Engine::run_step(StepPlan& plan) {
   // Constraints may compute their next mask while the step runs (constraint.h).
   for (const Chunk& c : plan.chunks)
     if (c.logits)
-      for (const auto& constraint : static_cast<Seq&>(*c.seq).state->request.constraints)
-        constraint->prepare();
+      for (const auto& constraint : static_cast<Seq&>(*c.seq).constraints) constraint->prepare();
   const double t0 = clock_.now_ms();
   try {
     model_.step(batch, logits_.data());
@@ -331,7 +332,7 @@ void Engine::process_logits(Seq& s, float* logits) {
   }
   if (!req.sampling.logit_bias.empty()) apply_logit_bias(logits, vocab, req.sampling);
   if (req.sampling.has_penalties()) s.counts.apply(logits, vocab, req.sampling);
-  for (const auto& c : req.constraints) c->apply(logits, vocab);
+  for (const auto& c : s.constraints) c->apply(logits, vocab);
 }
 
 bool Engine::on_token(Seq& s, float* logits, double now) {
@@ -340,11 +341,11 @@ bool Engine::on_token(Seq& s, float* logits, double now) {
   // Logprobs are the model's own (before the processors): keep the raw row if they will
   // change it.
   const bool processed = s.generated < req.min_tokens || !req.sampling.logit_bias.empty() ||
-                         req.sampling.has_penalties() || !req.constraints.empty();
+                         req.sampling.has_penalties() || !s.constraints.empty();
   if (req.logprobs >= 0 && processed) raw_logits_.assign(logits, logits + vocab);
   process_logits(s, logits);
   const int32_t token = s.sampler.sample(logits, vocab, req.sampling);
-  for (const auto& c : req.constraints)
+  for (const auto& c : s.constraints)
     if (!c->accept(token))
       throw std::logic_error("a constraint refused token " + std::to_string(token) +
                              " after its own mask allowed it");
@@ -383,7 +384,7 @@ bool Engine::on_token(Seq& s, float* logits, double now) {
     return true;
   }
   bool complete = false;  // a constraint says nothing more may follow
-  for (const auto& c : req.constraints) complete = complete || c->finished();
+  for (const auto& c : s.constraints) complete = complete || c->finished();
   if (complete) {
     finish(s, "stop", now);
     return true;

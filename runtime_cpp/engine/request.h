@@ -36,7 +36,8 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   // >= 0: each sent token carries its logprob and this many top alternatives (0..20).
   int logprobs = -1;
-  TokenConstraints constraints;  // applied in order before sampling
+  // Applied in order before sampling; choice 0's (the others get clones, constraint.h).
+  TokenConstraints constraints;
 };
 
 struct Timings {
@@ -97,6 +98,8 @@ class RequestState {
   // kError only, not for every token: fewer context switches on a busy machine.
   std::atomic<bool> wake_per_token{true};
   double submitted_ms = 0;
+  // [i]: choice i's constraints (Engine::submit; the engine loop takes them).
+  std::vector<TokenConstraints> choice_constraints;
 
  private:
   std::mutex mu_;

@@ -8,6 +8,9 @@
 namespace ninfer::anthropic {
 
 using nlohmann::json;
+// The request side keeps the body's key order: a tool's input_schema reaches the chat
+// template, and an output_config schema the grammar, with their properties as written.
+using ojson = nlohmann::ordered_json;
 
 namespace {
 
@@ -15,35 +18,35 @@ namespace {
   throw ApiError(400, msg, "invalid_request_error", param);
 }
 
-void only_fields(const json& obj, const std::set<std::string>& allowed, const std::string& where) {
+void only_fields(const ojson& obj, const std::set<std::string>& allowed, const std::string& where) {
   for (const auto& [key, value] : obj.items())
     if (!allowed.count(key))
       bad(where.empty() ? key : where + "." + key,
           (where.empty() ? "" : where + ": ") + "'" + key + "' is not supported");
 }
 
-const json& need(const json& obj, const char* key, const std::string& where) {
+const ojson& need(const ojson& obj, const char* key, const std::string& where) {
   if (!obj.contains(key) || obj[key].is_null())
     bad(where + "." + key, where + "." + key + " is required");
   return obj[key];
 }
 
-std::string need_string(const json& obj, const char* key, const std::string& where) {
-  const json& v = need(obj, key, where);
+std::string need_string(const ojson& obj, const char* key, const std::string& where) {
+  const ojson& v = need(obj, key, where);
   if (!v.is_string()) bad(where + "." + key, where + "." + key + " must be a string");
   return v.get<std::string>();
 }
 
 // One string for a single text, OpenAI content parts for several.
-json text_content(const std::vector<std::string>& texts) {
+ojson text_content(const std::vector<std::string>& texts) {
   if (texts.empty()) return "";
   if (texts.size() == 1) return texts[0];
-  json parts = json::array();
+  ojson parts = ojson::array();
   for (const auto& t : texts) parts.push_back({{"type", "text"}, {"text", t}});
   return parts;
 }
 
-std::string block_type(const json& block, const std::string& where) {
+std::string block_type(const ojson& block, const std::string& where) {
   if (!block.is_object()) bad(where, where + " must be a content block object");
   return need_string(block, "type", where);
 }
@@ -55,13 +58,13 @@ std::string block_type(const json& block, const std::string& where) {
 }
 
 // A text block's text; its hints (cache_control, citations) do not change the prompt.
-std::string text_block(const json& block, const std::string& where) {
+std::string text_block(const ojson& block, const std::string& where) {
   only_fields(block, {"type", "text", "cache_control", "citations"}, where);
   return need_string(block, "text", where);
 }
 
 // `system` and tool_result `content`: a string or an array of text blocks.
-json texts_of(const json& content, const std::string& where) {
+ojson texts_of(const ojson& content, const std::string& where) {
   if (content.is_string()) return content;
   if (!content.is_array()) bad(where, where + " must be a string or an array of text blocks");
   std::vector<std::string> texts;
@@ -74,22 +77,22 @@ json texts_of(const json& content, const std::string& where) {
   return text_content(texts);
 }
 
-json tool_call(const json& block, const std::string& where) {
+ojson tool_call(const ojson& block, const std::string& where) {
   only_fields(block, {"type", "id", "name", "input", "cache_control", "caller"}, where);
-  const json& input = need(block, "input", where);
+  const ojson& input = need(block, "input", where);
   if (!input.is_object()) bad(where + ".input", where + ".input must be an object");
   return {{"id", need_string(block, "id", where)},
           {"type", "function"},
           {"function",
            {{"name", need_string(block, "name", where)},
-            {"arguments", input.dump(-1, ' ', false, json::error_handler_t::replace)}}}};
+            {"arguments", input.dump(-1, ' ', false, ojson::error_handler_t::replace)}}}};
 }
 
 // One turn (consecutive messages of a role, their blocks in order) as OpenAI messages.
 void translate_turn(const std::string& role,
-                    const std::vector<std::pair<json, std::string>>& blocks, json& out) {
+                    const std::vector<std::pair<ojson, std::string>>& blocks, ojson& out) {
   std::vector<std::string> texts, thinking;
-  json tool_calls = json::array(), tool_results = json::array();
+  ojson tool_calls = ojson::array(), tool_results = ojson::array();
   for (const auto& [block, where] : blocks) {
     const std::string type = block_type(block, where);
     if (type == "text") {
@@ -102,9 +105,9 @@ void translate_turn(const std::string& role,
     } else if (type == "tool_result" && role == "user") {
       // is_error only flags the content, which says what went wrong.
       only_fields(block, {"type", "tool_use_id", "content", "is_error", "cache_control"}, where);
-      json content = block.contains("content") && !block["content"].is_null()
-                         ? texts_of(block["content"], where + ".content")
-                         : json("");
+      ojson content = block.contains("content") && !block["content"].is_null()
+                          ? texts_of(block["content"], where + ".content")
+                          : ojson("");
       tool_results.push_back({{"role", "tool"},
                               {"tool_call_id", need_string(block, "tool_use_id", where)},
                               {"content", std::move(content)}});
@@ -122,8 +125,8 @@ void translate_turn(const std::string& role,
       out.push_back({{"role", "user"}, {"content", text_content(texts)}});
     return;
   }
-  json m = {{"role", "assistant"}};
-  m["content"] = texts.empty() && !tool_calls.empty() ? json(nullptr) : text_content(texts);
+  ojson m = {{"role", "assistant"}};
+  m["content"] = texts.empty() && !tool_calls.empty() ? ojson(nullptr) : text_content(texts);
   if (!thinking.empty()) {
     std::string r;
     for (const auto& t : thinking) r += t;
@@ -133,22 +136,22 @@ void translate_turn(const std::string& role,
   out.push_back(std::move(m));
 }
 
-json translate_messages(const json& body) {
-  json out = json::array();
+ojson translate_messages(const ojson& body) {
+  ojson out = ojson::array();
   if (body.contains("system") && !body["system"].is_null()) {
-    json system = texts_of(body["system"], "system");
+    ojson system = texts_of(body["system"], "system");
     if (!(system.is_string() && system.get<std::string>().empty()))
       out.push_back({{"role", "system"}, {"content", std::move(system)}});
   }
   if (!body.contains("messages")) bad("messages", "'messages' is required");
-  const json& msgs = body["messages"];
+  const ojson& msgs = body["messages"];
   if (!msgs.is_array() || msgs.empty())
     bad("messages", "'messages' must be a non-empty array of messages");
   // Consecutive turns of one role are combined into one, as Anthropic does.
-  std::vector<std::pair<std::string, std::vector<std::pair<json, std::string>>>> turns;
+  std::vector<std::pair<std::string, std::vector<std::pair<ojson, std::string>>>> turns;
   for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string where = "messages[" + std::to_string(i) + "]";
-    const json& m = msgs[i];
+    const ojson& m = msgs[i];
     if (!m.is_object()) bad(where, where + " must be an object");
     only_fields(m, {"role", "content"}, where);
     const std::string role = need_string(m, "role", where);
@@ -159,9 +162,9 @@ json translate_messages(const json& body) {
                                role + "'");
     if (turns.empty() || turns.back().first != role) turns.push_back({role, {}});
     auto& blocks = turns.back().second;
-    const json& content = need(m, "content", where);
+    const ojson& content = need(m, "content", where);
     if (content.is_string()) {
-      blocks.push_back({json{{"type", "text"}, {"text", content}}, where + ".content"});
+      blocks.push_back({ojson{{"type", "text"}, {"text", content}}, where + ".content"});
     } else if (content.is_array()) {
       for (size_t j = 0; j < content.size(); ++j)
         blocks.push_back({content[j], where + ".content[" + std::to_string(j) + "]"});
@@ -177,12 +180,12 @@ json translate_messages(const json& body) {
   return out;
 }
 
-json translate_tools(const json& tools) {
+ojson translate_tools(const ojson& tools) {
   if (!tools.is_array()) bad("tools", "'tools' must be an array");
-  json out = json::array();
+  ojson out = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string where = "tools[" + std::to_string(i) + "]";
-    const json& t = tools[i];
+    const ojson& t = tools[i];
     if (!t.is_object()) bad(where, where + " must be an object");
     if (t.contains("type") && !t["type"].is_null() && t["type"] != "custom")
       bad(where + ".type", where + ": tools of type " + t["type"].dump() +
@@ -193,13 +196,13 @@ json translate_tools(const json& tools) {
                 {"type", "name", "description", "input_schema", "strict", "cache_control",
                  "defer_loading", "eager_input_streaming"},
                 where);
-    json fn = {{"name", need_string(t, "name", where)}};
+    ojson fn = {{"name", need_string(t, "name", where)}};
     if (t.contains("description") && !t["description"].is_null()) {
       if (!t["description"].is_string())
         bad(where + ".description", where + ".description must be a string");
       fn["description"] = t["description"];
     }
-    const json& schema = need(t, "input_schema", where);
+    const ojson& schema = need(t, "input_schema", where);
     if (!schema.is_object())
       bad(where + ".input_schema", where + ".input_schema must be an object");
     fn["parameters"] = schema;
@@ -209,7 +212,7 @@ json translate_tools(const json& tools) {
   return out;
 }
 
-void translate_tool_choice(const json& tc, json& out) {
+void translate_tool_choice(const ojson& tc, ojson& out) {
   if (!tc.is_object()) bad("tool_choice", "'tool_choice' must be an object with a 'type'");
   const std::string type = need_string(tc, "type", "tool_choice");
   only_fields(tc, {"type", "name", "disable_parallel_tool_use"}, "tool_choice");
@@ -229,13 +232,13 @@ void translate_tool_choice(const json& tc, json& out) {
   }
 }
 
-void translate_thinking(const json& t, json& out) {
+void translate_thinking(const ojson& t, ojson& out) {
   if (!t.is_object()) bad("thinking", "'thinking' must be an object with a 'type'");
   const std::string type = need_string(t, "type", "thinking");
   only_fields(t, {"type", "budget_tokens", "display"}, "thinking");
-  json kwargs = json::object();
+  ojson kwargs = ojson::object();
   if (type == "enabled") {
-    const json& budget = need(t, "budget_tokens", "thinking");
+    const ojson& budget = need(t, "budget_tokens", "thinking");
     if (!budget.is_number_integer() || budget.get<int64_t>() < 1)
       bad("thinking.budget_tokens", "thinking.budget_tokens must be a positive integer");
     kwargs["enable_thinking"] = true;
@@ -250,17 +253,17 @@ void translate_thinking(const json& t, json& out) {
   out["chat_template_kwargs"] = std::move(kwargs);
 }
 
-void translate_output_config(const json& oc, json& out) {
+void translate_output_config(const ojson& oc, ojson& out) {
   if (!oc.is_object()) bad("output_config", "'output_config' must be an object");
   only_fields(oc, {"format", "effort"}, "output_config");
   if (oc.contains("effort") && !oc["effort"].is_null())
     bad("output_config.effort", "output_config.effort is not supported");
   if (!oc.contains("format") || oc["format"].is_null()) return;
-  const json& f = oc["format"];
+  const ojson& f = oc["format"];
   if (!f.is_object() || f.value("type", "") != "json_schema")
     bad("output_config.format", "output_config.format must be {\"type\": \"json_schema\", ...}");
   only_fields(f, {"type", "schema"}, "output_config.format");
-  const json& schema = need(f, "schema", "output_config.format");
+  const ojson& schema = need(f, "schema", "output_config.format");
   out["response_format"] = {{"type", "json_schema"},
                             {"json_schema", {{"name", "output"}, {"schema", schema}}}};
 }
@@ -295,7 +298,7 @@ std::string nonempty_string(const json& obj, const char* key) {
 
 }  // namespace
 
-json to_openai_request(const json& body, bool count_tokens) {
+ojson to_openai_request(const ojson& body, bool count_tokens) {
   if (!body.is_object()) bad("", "request body must be a JSON object");
   // Fields that leave the output as it is (hints to Anthropic's own service) are accepted.
   static const std::set<std::string> kCreate = {
@@ -307,11 +310,11 @@ json to_openai_request(const json& body, bool count_tokens) {
                                                "tools",         "tool_choice",  "thinking",
                                                "cache_control", "output_config"};
   only_fields(body, count_tokens ? kCount : kCreate, "");
-  json out = json::object();
+  ojson out = ojson::object();
   if (body.contains("model")) out["model"] = body["model"];
   out["messages"] = translate_messages(body);
   if (body.contains("tools") && !body["tools"].is_null()) {
-    json tools = translate_tools(body["tools"]);
+    ojson tools = translate_tools(body["tools"]);
     if (!tools.empty()) out["tools"] = std::move(tools);
   }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null())
@@ -330,9 +333,9 @@ json to_openai_request(const json& body, bool count_tokens) {
   for (const char* key : {"temperature", "top_p", "top_k"})
     if (body.contains(key) && !body[key].is_null()) out[key] = body[key];
   if (body.contains("stop_sequences") && !body["stop_sequences"].is_null()) {
-    const json& stops = body["stop_sequences"];
+    const ojson& stops = body["stop_sequences"];
     if (!stops.is_array() ||
-        !std::all_of(stops.begin(), stops.end(), [](const json& s) { return s.is_string(); }))
+        !std::all_of(stops.begin(), stops.end(), [](const ojson& s) { return s.is_string(); }))
       bad("stop_sequences", "'stop_sequences' must be an array of strings");
     if (!stops.empty()) out["stop"] = stops;
   }

@@ -30,10 +30,11 @@
 
 namespace ninfer::anthropic {
 
-// The chat-completions body for a Messages request; throws ApiError (400) naming the
-// field. `count_tokens`: the body of /v1/messages/count_tokens (no max_tokens, no
-// sampling).
-nlohmann::json to_openai_request(const nlohmann::json& body, bool count_tokens = false);
+// The chat-completions body for a Messages request, in the body's key order (as the
+// OpenAI path reads tools and schemas); throws ApiError (400) naming the field.
+// `count_tokens`: the body of /v1/messages/count_tokens (no max_tokens, no sampling).
+nlohmann::ordered_json to_openai_request(const nlohmann::ordered_json& body,
+                                         bool count_tokens = false);
 
 // A non-streaming chat.completion -> an Anthropic message with id `id`.
 nlohmann::json from_openai_response(const nlohmann::json& completion, const std::string& id);

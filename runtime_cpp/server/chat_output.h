@@ -6,8 +6,8 @@
 // Request fields (chat only):
 //   tools, tool_choice      "none" turns tool-call parsing off (the template still gets
 //                           the tools, as vLLM does); "auto" (the default); "required"
-//                           and a named function need the grammar engine and are
-//                           refused with 400 until it is wired in
+//                           and a named function are forced through the grammar engine
+//                           (Routes::forced_tool_call)
 //   parallel_tool_calls     false: only the first tool call is returned (later ones are
 //                           dropped); vLLM ignores the field
 //   reasoning_effort        "none" sets chat_template_kwargs.enable_thinking = false

@@ -40,6 +40,15 @@ ApiError event_error(const GenerationEvent& ev, httplib::Response& res) {
   return ApiError(500, ev.error, "server_error");
 }
 
+// Where a chat prompt leaves the reasoning block, as the grammars take it.
+ToolReasoning grammar_reasoning(ReasoningFormat format, const std::string& prompt) {
+  switch (reasoning_start(format, prompt)) {
+    case ReasoningStart::kInside: return ToolReasoning::kInsideThink;
+    case ReasoningStart::kMaybe: return ToolReasoning::kThinkBlock;
+    default: return ToolReasoning::kNone;
+  }
+}
+
 void client_gone(httplib::Response& res) {
   // Nobody reads this; 499 is nginx's "client closed request".
   send_json(res, 499, error_body(ApiError(499, "client closed the connection", "server_error")));
@@ -146,14 +155,9 @@ TokenConstraints Routes::forced_tool_call(const CompletionRequest& r,
   if (!grammars)
     throw ApiError(400, "forcing a tool call needs the grammar engine, which this server lacks",
                    "invalid_request_error", "tool_choice");
-  ToolReasoning reasoning = ToolReasoning::kNone;
-  switch (reasoning_start(output.parsers.reasoning, prompt)) {
-    case ReasoningStart::kInside: reasoning = ToolReasoning::kInsideThink; break;
-    case ReasoningStart::kMaybe: reasoning = ToolReasoning::kThinkBlock; break;
-    default: break;
-  }
   return tool_choice_constraints(*grammars, format_name(output.parsers.tool_calls), r.tools,
-                                 r.tool_choice, reasoning);
+                                 r.tool_choice,
+                                 grammar_reasoning(output.parsers.reasoning, prompt));
 }
 
 std::shared_ptr<RequestState> Routes::submit(GenerationRequest g, httplib::Response& res,
@@ -174,7 +178,7 @@ std::shared_ptr<RequestState> Routes::submit(GenerationRequest g, httplib::Respo
         throw ApiError(503, e.what(), "server_error", "", "shutting_down");
     }
     throw;
-  } catch (const std::invalid_argument& e) {  // e.g. n > 1 with constraints (admission.cpp)
+  } catch (const std::invalid_argument& e) {  // e.g. n out of range (admission.cpp)
     throw ApiError(400, e.what(), "invalid_request_error");
   }
 }
@@ -278,7 +282,8 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
   GenerationRequest g;
   std::string rendered;
   g.prompt = prompt_tokens(r, &rendered);
-  // Each chat choice parses its own reasoning and tool calls (one ChatOutput per choice).
+  // Each chat choice parses its own reasoning and tool calls (one ChatOutput per choice);
+  // the constraints are choice 0's, the engine copies them for the others (constraint.h).
   const int n = r.n;
   auto choices_ptr = std::make_shared<std::vector<ChoiceOut>>(n);
   if (is_chat) {
@@ -286,11 +291,6 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
       c.out = std::make_shared<ChatOutput>(output, r, rendered, tokenizer);
     if (auto c = (*choices_ptr)[0].out->constraint()) g.constraints.push_back(c);
   }
-  if (n > 1 && !g.constraints.empty())
-    throw ApiError(400,
-                   "n > 1 cannot be combined with a thinking budget or structured output yet "
-                   "(their state is per choice)",
-                   "invalid_request_error", "n");
   if (g.prompt.empty())
     throw ApiError(400, "the prompt is empty after tokenization", "invalid_request_error",
                    is_chat ? "messages" : "prompt");
@@ -315,15 +315,14 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
   g.min_tokens = r.min_tokens;
   g.stop_token_ids = r.stop_token_ids;
   g.logprobs = r.logprobs;
-  for (auto& c : structured_output_constraints(r, grammars)) g.constraints.push_back(std::move(c));
+  // On a thinking chat the grammar applies to the answer, after the reasoning (vLLM).
+  const ToolReasoning reasoning =
+      is_chat ? grammar_reasoning(output.parsers.reasoning, rendered) : ToolReasoning::kNone;
+  for (auto& c : structured_output_constraints(r, grammars, tokenizer, reasoning))
+    g.constraints.push_back(std::move(c));
   if (is_chat) {  // tool_choice "required" or a named function: the grammar forces the call
     for (auto& c : forced_tool_call(r, rendered)) g.constraints.push_back(std::move(c));
   }
-  if (n > 1 && !g.constraints.empty())
-    throw ApiError(400,
-                   "n > 1 cannot be combined with a thinking budget or structured output yet "
-                   "(their state is per choice)",
-                   "invalid_request_error", "n");
   ResponseContext ctx{id.empty() ? new_request_id(is_chat) : std::move(id),
                       static_cast<int64_t>(std::time(nullptr)), r.model, is_chat};
   g.id = ctx.id;
@@ -487,10 +486,19 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
   });
 }
 
+namespace {
+
+// A Messages body as the chat-completions body text it becomes, keys in their order.
+std::string anthropic_as_openai(const std::string& body, bool count_tokens) {
+  parse_body(body);  // a body that is not JSON: the usual 400
+  return anthropic::to_openai_request(nlohmann::ordered_json::parse(body), count_tokens).dump();
+}
+
+}  // namespace
+
 void Routes::messages(const httplib::Request& req, httplib::Response& res) const {
-  const json oa = anthropic::to_openai_request(parse_body(req.body));
-  const CompletionRequest r =
-      parse_completion_request(oa, /*chat=*/true, model_names, engine.info().vocab_size);
+  const CompletionRequest r = parse_completion_request(
+      anthropic_as_openai(req.body, false), /*chat=*/true, model_names, engine.info().vocab_size);
   const std::string id = anthropic::new_message_id();
   GenerationSink sink;
   sink.response = [id](httplib::Response& res, const json& completion) {
@@ -517,9 +525,9 @@ void Routes::messages(const httplib::Request& req, httplib::Response& res) const
 }
 
 void Routes::count_tokens(const httplib::Request& req, httplib::Response& res) const {
-  const json oa = anthropic::to_openai_request(parse_body(req.body), /*count_tokens=*/true);
   const CompletionRequest r =
-      parse_completion_request(oa, /*chat=*/true, model_names, engine.info().vocab_size);
+      parse_completion_request(anthropic_as_openai(req.body, /*count_tokens=*/true),
+                               /*chat=*/true, model_names, engine.info().vocab_size);
   send_json(res, 200, {{"input_tokens", prompt_tokens(r).size()}});
 }
 

@@ -189,13 +189,17 @@ void parse_structured_output(const nlohmann::json& unordered, const std::string&
 }
 
 TokenConstraints structured_output_constraints(const CompletionRequest& r,
-                                               const GrammarCompiler* compiler) {
+                                               const GrammarCompiler* compiler,
+                                               const Tokenizer& tok, ToolReasoning reasoning) {
   if (!r.grammar) return {};
   if (!compiler)
     throw ApiError(400, "structured output is not available on this server",
                    "invalid_request_error", r.grammar_param);
   try {
-    return {compiler->constraint(*r.grammar)};
+    std::shared_ptr<TokenConstraint> c = compiler->constraint(*r.grammar);
+    if (reasoning != ToolReasoning::kNone)
+      c = std::make_shared<ReasoningGate>(std::move(c), tok, reasoning);
+    return {std::move(c)};
   } catch (const GrammarError& e) {
     throw ApiError(400, "'" + r.grammar_param + "' was rejected by the grammar engine: " + e.what(),
                    "invalid_request_error", r.grammar_param);

@@ -18,7 +18,9 @@
 #include "engine/constraint.h"
 #include "server/api.h"
 #include "structured/grammar.h"
+#include "structured/reasoning_gate.h"
 #include "structured/tool_grammar.h"
+#include "text/tokenizer.h"
 
 namespace ninfer {
 
@@ -31,8 +33,14 @@ void parse_structured_output(const nlohmann::json& body, const std::string& body
 // The request's grammar as engine constraints (none without one): compiled here, so a
 // grammar xgrammar rejects is a 400 before the request is queued. `compiler` may be null
 // (a server without the grammar engine): a request with a grammar is then refused.
+// `reasoning`: where a chat prompt leaves the reasoning block (kNone for completions and
+// for chats without one, enable_thinking=false included); otherwise the grammar applies
+// only once the block is closed (structured/reasoning_gate.h). `tok` must outlive the
+// constraints.
 TokenConstraints structured_output_constraints(const CompletionRequest& r,
-                                               const GrammarCompiler* compiler);
+                                               const GrammarCompiler* compiler,
+                                               const Tokenizer& tok,
+                                               ToolReasoning reasoning = ToolReasoning::kNone);
 
 // The hook for forced tool calls (issue 13 item 3): tool_choice "required" or a named
 // function, over the request's tools, in the server's tool-call format (hermes,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ class ThinkingBudget : public TokenConstraint {
   ThinkingBudget(const Tokenizer& tok, int budget, ReasoningStart start);
   void apply(float* logits, int vocab) override;
   bool accept(int32_t token) override;
+  std::shared_ptr<TokenConstraint> clone() override {
+    return std::make_shared<ThinkingBudget>(*this);
+  }
 
   int reasoning_tokens() const { return count_; }
   bool forcing() const { return state_ == State::kForcing; }

@@ -294,13 +294,14 @@ GrammarConstraint::~GrammarConstraint() {
   if (state_ && state_->pending) state_->pending->wait();
 }
 
-std::shared_ptr<TokenConstraint> GrammarCompiler::constraint(const GrammarSpec& spec) const {
-  auto g = compiled(spec);
-  xgrammar::GrammarMatcher matcher(g->grammar, std::nullopt,
-                                   /*terminate_without_stop_token=*/impl_->stop_ids.empty());
+namespace {
+
+std::unique_ptr<GrammarConstraint::State> make_state(
+    std::shared_ptr<const detail::CompiledGrammarHandle> g, std::shared_ptr<MaskPool> pool,
+    xgrammar::GrammarMatcher matcher, int vocab_size) {
   auto st = std::unique_ptr<GrammarConstraint::State>(
-      new GrammarConstraint::State{g, impl_->pool, std::move(matcher), impl_->vocab_size});
-  st->bitmask.assign(xgrammar::GetBitmaskSize(impl_->vocab_size), 0);
+      new GrammarConstraint::State{std::move(g), std::move(pool), std::move(matcher), vocab_size});
+  st->bitmask.assign(xgrammar::GetBitmaskSize(vocab_size), 0);
   st->shape[0] = static_cast<int64_t>(st->bitmask.size());
   st->tensor.data = st->bitmask.data();
   st->tensor.device = DLDevice{kDLCPU, 0};
@@ -309,7 +310,25 @@ std::shared_ptr<TokenConstraint> GrammarCompiler::constraint(const GrammarSpec& 
   st->tensor.shape = st->shape;
   st->tensor.strides = nullptr;
   st->tensor.byte_offset = 0;
-  return std::shared_ptr<TokenConstraint>(new GrammarConstraint(std::move(st)));
+  return st;
+}
+
+}  // namespace
+
+std::shared_ptr<TokenConstraint> GrammarCompiler::constraint(const GrammarSpec& spec) const {
+  auto g = compiled(spec);
+  xgrammar::GrammarMatcher matcher(g->grammar, std::nullopt,
+                                   /*terminate_without_stop_token=*/impl_->stop_ids.empty());
+  return std::shared_ptr<TokenConstraint>(
+      new GrammarConstraint(make_state(g, impl_->pool, std::move(matcher), impl_->vocab_size)));
+}
+
+std::shared_ptr<TokenConstraint> GrammarConstraint::clone() {
+  State& s = *state_;
+  s.join();  // no worker is inside the matcher while it is copied
+  // A deep copy of the matcher's state; the compiled grammar is shared.
+  return std::shared_ptr<TokenConstraint>(
+      new GrammarConstraint(make_state(s.grammar, s.pool, s.matcher.Fork(), s.vocab_size)));
 }
 
 void GrammarConstraint::prepare() {

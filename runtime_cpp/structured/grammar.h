@@ -98,6 +98,8 @@ class GrammarConstraint : public TokenConstraint {
   void apply(float* logits, int vocab) override;
   bool accept(int32_t token) override;
   bool finished() const override;
+  // A matcher in the same state (xgrammar's Fork), over the same compiled grammar.
+  std::shared_ptr<TokenConstraint> clone() override;
 
   // The ids the grammar allows next (computes the mask now if prepare() did not).
   std::vector<int32_t> allowed_tokens();

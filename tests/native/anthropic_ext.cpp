@@ -29,8 +29,10 @@ PYBIND11_MODULE(ninfer_anthropic_ext, m) {
   m.def(
       "to_openai_request",
       [](const std::string& body, bool count_tokens) {
-        return translate(
-            [&] { return ninfer::anthropic::to_openai_request(json::parse(body), count_tokens); });
+        return translate([&] {
+          return ninfer::anthropic::to_openai_request(nlohmann::ordered_json::parse(body),
+                                                      count_tokens);
+        });
       },
       py::arg("body"), py::arg("count_tokens") = false);
   m.def("from_openai_response", [](const std::string& completion, const std::string& id) {

@@ -1,6 +1,7 @@
 // ninfer_grammar_ext: the structured-output grammars (runtime_cpp/structured/) for the
 // Python tests (tests/test_structured_output.py): a GrammarCompiler over a tokenizer.json,
-// its constraints driven token by token, and the tool-call grammars.
+// its constraints driven token by token (and copied), the tool-call grammars, and a grammar
+// behind a reasoning block (ReasoningGate).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "structured/grammar.h"
+#include "structured/reasoning_gate.h"
 #include "structured/tool_grammar.h"
 #include "text/tokenizer.h"
 
@@ -59,6 +61,7 @@ PYBIND11_MODULE(ninfer_grammar_ext, m) {
       .def("accept_string", &GrammarConstraint::accept_string, py::arg("text"))
       .def("finished", &GrammarConstraint::finished)
       .def("completed", &GrammarConstraint::completed)
+      .def("clone", [](GrammarConstraint& c) { return as_grammar(c.clone()); })
       .def(
           "apply",
           [](GrammarConstraint& c, std::vector<float> logits) {
@@ -66,6 +69,26 @@ PYBIND11_MODULE(ninfer_grammar_ext, m) {
             return logits;
           },
           py::arg("logits"));
+  // A gate over a grammar: allowed_tokens() are those apply() leaves finite.
+  py::class_<ninfer::ReasoningGate, std::shared_ptr<ninfer::ReasoningGate>>(m, "Gate")
+      .def(
+          "allowed_tokens",
+          [](ninfer::ReasoningGate& g, int vocab) {
+            g.prepare();
+            std::vector<float> logits(vocab, 0.0f);
+            g.apply(logits.data(), vocab);
+            std::vector<int32_t> ids;
+            for (int v = 0; v < vocab; ++v)
+              if (logits[v] == 0.0f) ids.push_back(v);
+            return ids;
+          },
+          py::arg("vocab"))
+      .def("accept", &ninfer::ReasoningGate::accept, py::arg("token"))
+      .def("finished", &ninfer::ReasoningGate::finished)
+      .def("answering", &ninfer::ReasoningGate::answering)
+      .def("clone", [](ninfer::ReasoningGate& g) {
+        return std::dynamic_pointer_cast<ninfer::ReasoningGate>(g.clone());
+      });
   py::class_<Compiler>(m, "GrammarCompiler")
       .def(py::init<const std::string&, int, std::vector<int32_t>>(), py::arg("tokenizer_json"),
            py::arg("vocab_size"), py::arg("stop_ids"))
@@ -76,6 +99,16 @@ PYBIND11_MODULE(ninfer_grammar_ext, m) {
             return as_grammar(c.compiler->constraint({kind_of(kind), text}));
           },
           py::arg("kind"), py::arg("text") = "")
+      .def(
+          "gated",
+          [](Compiler& c, const std::string& kind, const std::string& text,
+             const std::string& reasoning) {
+            return std::make_shared<ninfer::ReasoningGate>(
+                c.compiler->constraint({kind_of(kind), text}), c.tokenizer,
+                reasoning_of(reasoning));
+          },
+          py::arg("kind"), py::arg("text"), py::arg("reasoning"),
+          py::keep_alive<0, 1>())  // the gate reads the compiler's tokenizer
       .def("cached_grammars", [](Compiler& c) { return c.compiler->cached_grammars(); })
       .def(
           "tool_constraint",

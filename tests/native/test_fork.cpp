@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,34 @@ std::vector<Outcome> collect_choices(RequestState& st, int n) {
   }
   return out;
 }
+
+// Forbids 'a' and records what it accepted in a log of its own, registered in `logs` (the
+// log outlives the constraint, which the engine drops with its choice); its clones (one per
+// other choice) register theirs. `cloneable` false: clone() says no.
+class Recorder : public TokenConstraint {
+ public:
+  using Logs = std::vector<std::shared_ptr<std::vector<int32_t>>>;
+  Recorder(Logs* logs, bool cloneable)
+      : logs_(logs), seen_(std::make_shared<std::vector<int32_t>>()), cloneable_(cloneable) {
+    logs_->push_back(seen_);
+  }
+  void apply(float* logits, int) override { logits[0] = -INFINITY; }
+  bool accept(int32_t token) override {
+    seen_->push_back(token);
+    return token != 0;
+  }
+  std::shared_ptr<TokenConstraint> clone() override {
+    if (!cloneable_) return nullptr;
+    auto copy = std::make_shared<Recorder>(logs_, true);
+    *copy->seen_ = *seen_;
+    return copy;
+  }
+
+ private:
+  Logs* logs_;
+  std::shared_ptr<std::vector<int32_t>> seen_;
+  bool cloneable_;
+};
 
 std::vector<GenerationRequest> fork_workload() {
   std::vector<GenerationRequest> reqs;
@@ -146,6 +175,38 @@ void test_fork() {
     const int64_t rows = model.rows_.load();
     if (rows != 40 + 3 * 4 + 4 * 4)  // prefill, the forks' tails, 4 decode rows each
       fail("n=4 over a 40-token prompt computed " + std::to_string(rows) + " rows, not 68");
+  }
+  // Constraints per choice: choice 0 has the request's, each other one its own clone.
+  {
+    FakeModel model(4, 16, 1 + 4 * 16, 4, 64);
+    Engine engine(model, tok, {kEos}, EngineOptions{});
+    Recorder::Logs all;
+    GenerationRequest r;
+    r.prompt = {1, 2, 3};
+    r.n = 3;
+    r.max_tokens = 8;
+    r.ignore_eos = true;
+    r.seed = 9;
+    r.constraints = {std::make_shared<Recorder>(&all, true)};
+    const auto out = collect_choices(*engine.submit(r), 3);
+    CHECK(all.size() == 3);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(out[i].error.empty() && out[i].tokens.size() == 8);
+      CHECK(*all[i] == out[i].tokens);  // its own choice's tokens, no others
+      for (int32_t t : out[i].tokens) CHECK(t != 0);
+    }
+    CHECK(out[0].tokens != out[1].tokens || out[1].tokens != out[2].tokens);
+    // A constraint that cannot be copied serves n = 1 only.
+    r.constraints = {std::make_shared<Recorder>(&all, false)};
+    bool refused = false;
+    try {
+      engine.submit(r);
+    } catch (const std::invalid_argument&) {
+      refused = true;
+    }
+    CHECK(refused);
+    r.n = 1;
+    CHECK(collect(*engine.submit(r)).error.empty());
   }
   std::puts("fork ok");
 }
