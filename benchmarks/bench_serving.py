@@ -25,7 +25,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ninfer.bench.checkpoints import SIZES, build_checkpoint
+from ninfer.bench.checkpoints import SIZES, compiled_checkpoint
 
 
 def cpu_name() -> str:
@@ -55,21 +55,11 @@ def main() -> None:
 
     from ninfer.bench.common import open_endpoint
     from ninfer.bench.serving import ServingConfig, format_text, run_serving
-    from ninfer.paths import DEFAULT_BUILD_DIR
 
     levels = tuple(int(x) for x in args.levels.split(","))
-    out = args.build_dir
-    if out is None:
-        from ninfer.pipeline import CompileOptions, compile_model
-
-        root = DEFAULT_BUILD_DIR / "bench"
-        ckpt = root / f"qwen3-{args.size}"
-        build_checkpoint(ckpt, args.size)
-        out = root / f"qwen3-{args.size}-cpu-serve-c{args.chunk}"
-        compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id=f"qwen3-{args.size}",
-                                     max_context=args.max_context,
-                                     prefill_chunk=args.chunk,
-                                     max_concurrency=max(levels), python_module=False))
+    out = args.build_dir or compiled_checkpoint(
+        args.size, f"serve-c{args.chunk}", max_context=args.max_context,
+        prefill_chunk=args.chunk, max_concurrency=max(levels))
 
     command = " ".join([".venv/bin/python benchmarks/bench_serving.py",
                         *map(shlex.quote, sys.argv[1:])])

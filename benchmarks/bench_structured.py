@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from ninfer.bench.checkpoints import SIZES, build_checkpoint
+from ninfer.bench.checkpoints import SIZES, compiled_checkpoint
 
 
 def schema(essay_chars: int) -> dict[str, Any]:
@@ -64,18 +64,8 @@ def main() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     from ninfer.bench.common import open_endpoint
-    from ninfer.paths import DEFAULT_BUILD_DIR
 
-    out = args.build_dir
-    if out is None:
-        from ninfer.pipeline import CompileOptions, compile_model
-
-        root = DEFAULT_BUILD_DIR / "bench"
-        ckpt = root / f"qwen3-{args.size}"
-        build_checkpoint(ckpt, args.size)
-        out = root / f"qwen3-{args.size}-cpu-structured"
-        compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id=f"qwen3-{args.size}",
-                                     max_context=1024, python_module=False))
+    out = args.build_dir or compiled_checkpoint(args.size, "structured", max_context=1024)
 
     command = " ".join([".venv/bin/python benchmarks/bench_structured.py",
                         *map(shlex.quote, sys.argv[1:])])

@@ -14,11 +14,11 @@ import pytest
 import chat_suite
 import native_build
 from ninfer.chat_verify import Rendered, first_difference, reference, sample_contexts
-from ninfer.frontend.chat_codegen import (
+from ninfer.frontend.chat_codegen import generate
+from ninfer.frontend.chat_codegen_expr import (
     SUPPORTED_FILTERS,
     SUPPORTED_METHODS,
     SUPPORTED_TESTS,
-    generate,
 )
 from ninfer.frontend.chat_template import ChatTemplate, ChatTemplateError, checkpoint_templates
 

@@ -438,9 +438,8 @@ def _start_gated(fake_server: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch,
     return Server(fake_server, extra_args=args, startup_timeout=HANG).start()
 
 
-def _sigterm(srv: Any, gate: Gate) -> None:
-    """SIGTERM, then wait for the server to say it stopped taking work; let the step in
-    flight pass (the engine ends every request after it)."""
+def _stop_taking_work(srv: Any) -> None:
+    """SIGTERM, then wait for the server to say it stopped taking work."""
     srv.client.close()  # an idle keep-alive connection holds its HTTP thread up to 5 s
     assert srv.proc is not None
     srv.proc.send_signal(signal.SIGTERM)
@@ -448,6 +447,11 @@ def _sigterm(srv: Any, gate: Gate) -> None:
     while not any("SIGTERM, stopping" in line for line in srv.output):
         assert time.monotonic() < deadline and srv.alive(), "\n".join(srv.output)
         time.sleep(0.01)
+
+
+def _sigterm(srv: Any, gate: Gate) -> None:
+    """SIGTERM, then let the step in flight pass (the engine ends every request after it)."""
+    _stop_taking_work(srv)
     gate.allow(1)
 
 

@@ -20,7 +20,15 @@ import openai
 import pytest
 
 import test_fake_server as fake
-from test_fake_server import HANG, LONG, Gate, _post_in_background, _running, _wait_for
+from test_fake_server import (
+    HANG,
+    LONG,
+    Gate,
+    _post_in_background,
+    _running,
+    _stop_taking_work,
+    _wait_for,
+)
 
 # The fake server's fixtures, used here too.
 fake_server, gate, serve = fake.fake_server, fake.gate, fake.serve
@@ -181,13 +189,7 @@ def test_health_is_503_while_stopping(fake_server: Path, gate: Gate,
     try:
         ta, ra = _post_in_background(srv, LONG)
         _wait_for(srv, _running(1))  # held at its first step: it cannot finish
-        srv.client.close()
-        assert srv.proc is not None
-        srv.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + HANG
-        while not any("SIGTERM, stopping" in line for line in srv.output):
-            assert time.monotonic() < deadline and srv.alive(), "\n".join(srv.output)
-            time.sleep(0.01)
+        _stop_taking_work(srv)
         with httpx.Client(base_url=srv.base_url, timeout=HANG) as c:
             r = c.get("/health")
             assert r.status_code == 503 and r.json() == {"status": "shutting_down"}

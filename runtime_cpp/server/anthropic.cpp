@@ -1,9 +1,10 @@
 #include "server/anthropic.h"
 
 #include <algorithm>
-#include <random>
 #include <set>
 #include <utility>
+
+#include "server/random_id.h"
 
 namespace ninfer::anthropic {
 
@@ -403,13 +404,7 @@ json error_body(const ApiError& e) {
   return {{"type", "error"}, {"error", {{"type", type}, {"message", e.what()}}}};
 }
 
-std::string new_message_id() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* chars = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-  std::string id = "msg_";
-  for (int i = 0; i < 24; ++i) id += chars[rng() % 62];
-  return id;
-}
+std::string new_message_id() { return random_id("msg_", kIdLettersDigits); }
 
 std::string Event::sse() const {
   return "event: " + name + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) +

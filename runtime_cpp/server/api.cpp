@@ -1,11 +1,10 @@
 #include "server/api.h"
 
 #include <algorithm>
-#include "server/sampling_params.h"
-
-#include <random>
 
 #include "server/chat_prompt.h"
+#include "server/random_id.h"
+#include "server/sampling_params.h"
 #include "server/structured_output.h"
 
 namespace ninfer {
@@ -146,11 +145,7 @@ CompletionRequest parse_completion_request(const json& body, bool chat,
 }
 
 std::string new_request_id(bool chat) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* hex = "0123456789abcdef";
-  std::string id = chat ? "chatcmpl-" : "cmpl-";
-  for (int i = 0; i < 24; ++i) id += hex[rng() & 15];
-  return id;
+  return random_id(chat ? "chatcmpl-" : "cmpl-", kIdHexDigits);
 }
 
 json usage_json(const Timings& t) {

@@ -134,9 +134,14 @@ class OutputParser {
   bool step_hermes(bool final);
   bool step_xml(bool final);
   bool step_json(bool final);
+  bool step_json_between(bool final);
+  // A llama3_json call may start at buf_[i], the first non-whitespace byte.
+  bool start_json_call(size_t i, bool final);
+  void begin_call(Mode mode);  // enters a call mode, its scan reset
   void consume(size_t n);
   void emit_reasoning(std::string_view text);
   void emit_content(std::string_view text);
+  void pass_content(size_t n);  // the first n bytes of buf_ are content
   void emit_call(std::string name, std::string arguments);
   // Parses `<function=...>...</function>` blocks (the wrapper stripped); false if malformed.
   bool parse_xml_calls(std::string_view body,

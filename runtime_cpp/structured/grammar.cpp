@@ -15,6 +15,8 @@
 
 #include <xgrammar/xgrammar.h>
 
+#include "text/utf8.h"
+
 namespace ninfer {
 
 const char* GrammarSpec::kind_name(Kind k) {
@@ -88,28 +90,11 @@ std::string cache_key(const GrammarSpec& spec) {
          '\0' + spec.text;
 }
 
-// `s` as a string literal of xgrammar's EBNF.
+// `s` as a string literal of xgrammar's EBNF (it reads JSON's escapes).
 std::string ebnf_literal(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          static const char* hex = "0123456789abcdef";
-          out += "\\u00";
-          out += hex[c >> 4];
-          out += hex[c & 15];
-        } else {
-          out += static_cast<char>(c);  // UTF-8 bytes pass through
-        }
-    }
-  }
-  return out + "\"";
+  std::string out;
+  utf8::append_json_string(out, s, /*ensure_ascii=*/false);
+  return out;
 }
 
 }  // namespace

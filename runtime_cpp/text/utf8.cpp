@@ -1,6 +1,7 @@
 #include "text/utf8.h"
 
 #include <array>
+#include <cstdio>
 
 namespace ninfer::utf8 {
 
@@ -121,6 +122,52 @@ size_t decode_lossy(std::string_view bytes, bool final, std::string& out) {
     i += consumed;
   }
   return i;
+}
+
+namespace {
+
+void append_u4(std::string& out, uint32_t v) {  // \uXXXX
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "\\u%04x", v);
+  out += buf;
+}
+
+}  // namespace
+
+void append_json_string(std::string& out, std::string_view s, bool ensure_ascii) {
+  out += '"';
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        default:
+          if (c < 0x20) append_u4(out, c);
+          else out += static_cast<char>(c);
+      }
+      continue;
+    }
+    const size_t start = i;
+    const char32_t cp = next(s, i);
+    if (!ensure_ascii) {
+      out.append(s.substr(start, i - start));
+    } else if (cp >= 0x10000) {
+      const uint32_t v = cp - 0x10000;
+      append_u4(out, 0xD800 + (v >> 10));
+      append_u4(out, 0xDC00 + (v & 0x3FF));
+    } else {
+      append_u4(out, cp);
+    }
+  }
+  out += '"';
 }
 
 bool is_white_space(char32_t cp) {

@@ -1,5 +1,6 @@
-// UTF-8 helpers shared by the tokenizer: code point iteration, validation, lossy decoding
-// identical to Rust's String::from_utf8_lossy, and the GPT-2 byte-level alphabet.
+// UTF-8 helpers shared by the tokenizer, the chat templates and the grammars: code point
+// iteration, validation, lossy decoding identical to Rust's String::from_utf8_lossy, JSON
+// string literals, and the GPT-2 byte-level alphabet.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,12 @@ bool is_valid(std::string_view s);
 // invalid subpart becomes one U+FFFD (the Rust/WHATWG rule). With `final` false an incomplete
 // sequence at the end is left unconsumed. Returns the number of bytes consumed.
 size_t decode_lossy(std::string_view bytes, bool final, std::string& out);
+
+// Appends `s` (UTF-8) as a JSON string literal, quotes included, escaped as Python's
+// json.dumps escapes it: \" \\ \n \r \t \b \f, other control characters as \u00XX, and with
+// `ensure_ascii` every other non-ASCII code point as \uXXXX (a surrogate pair above U+FFFF);
+// without it non-ASCII bytes pass through. xgrammar's EBNF reads the same escapes.
+void append_json_string(std::string& out, std::string_view s, bool ensure_ascii);
 
 // Unicode White_Space property (what Rust's char::is_whitespace and regex `\s` match).
 bool is_white_space(char32_t cp);

@@ -1,5 +1,6 @@
 // Shared by the test cases of the test_engine binary (test_main.cpp lists them): the
-// letters tokenizer of the fake model, collecting a request's events, reading a metric.
+// letters tokenizer of the fake model, collecting a request's events, reading a metric,
+// the batching regimes of the invariance tests.
 #pragma once
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include "check.h"
 #include "engine/engine.h"
 #include "fake_model.h"
+#include "observe/metrics.h"
 #include "text/tokenizer.h"
 
 namespace ninfer::fake {
@@ -59,6 +61,24 @@ inline double metric(const std::string& text, const std::string& name) {
     p += key.size();
   }
   fail("metric " + name + " not found");
+}
+
+// A batching regime the invariance tests run a workload under (against the same workload
+// run alone): engine concurrency and prefill chunk, the fake model's KV pool, and whether
+// the pool is tight enough that requests must be preempted.
+struct Regime {
+  int concurrency, prefill_chunk, kv_blocks, block_size;
+  bool expect_preemption;
+};
+
+// The engine options of `r`, no request left waiting for admission, metrics into `metrics`.
+inline EngineOptions regime_options(const Regime& r, Metrics* metrics) {
+  EngineOptions o;
+  o.max_concurrency = r.concurrency;
+  o.prefill_chunk = r.prefill_chunk;
+  o.max_pending_requests = 0;
+  o.metrics = metrics;
+  return o;
 }
 
 // The cases, one per command-line word of test_engine.

@@ -93,24 +93,16 @@ void test_invariance() {
   // The workload exercises every way a request ends, not only lengths.
   CHECK(eos > 0 && stop_string > 0 && length > 0);
 
-  struct Config {
-    int concurrency, prefill_chunk, kv_blocks, block_size;
-    bool expect_preemption;
-  };
-  const std::vector<Config> configs = {
+  const std::vector<Regime> configs = {
       {4, 16, 1 + 4 * 16, 4, false},  // roomy
       {3, 3, 1 + 4 * 16, 4, false},   // budget = running set: prompts in small chunks
       {3, 5, 1 + 16, 4, true},        // tight pool: preemptions
       {4, 7, 1 + 60, 1, true},        // one-token blocks
   };
-  for (const Config& c : configs) {
+  for (const Regime& c : configs) {
     FakeModel model(4, 16, c.kv_blocks, c.block_size, 64);
     Metrics metrics;
-    EngineOptions o;
-    o.max_concurrency = c.concurrency;
-    o.prefill_chunk = c.prefill_chunk;
-    o.max_pending_requests = 0;
-    o.metrics = &metrics;
+    const EngineOptions o = regime_options(c, &metrics);
     std::vector<Outcome> batched;
     {
       Engine engine(model, tok, {kEos}, o);

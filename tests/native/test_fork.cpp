@@ -120,24 +120,16 @@ void test_fork() {
       solo.push_back(choices);
     }
   }
-  struct Config {
-    int concurrency, prefill_chunk, kv_blocks, block_size;
-    bool expect_preemption;
-  };
-  const std::vector<Config> configs = {
+  const std::vector<Regime> configs = {
       {4, 16, 1 + 4 * 16, 4, false},  // roomy
       {4, 5, 1 + 4 * 16, 4, false},   // small steps: forks wait for the prefix over steps
       {4, 6, 1 + 14, 4, true},        // tight pool: forks and their leaders preempted
       {4, 7, 1 + 64, 1, false},       // one-token blocks
   };
-  for (const Config& c : configs) {
+  for (const Regime& c : configs) {
     FakeModel model(4, 16, c.kv_blocks, c.block_size, 64);
     Metrics metrics;
-    EngineOptions o;
-    o.max_concurrency = c.concurrency;
-    o.prefill_chunk = c.prefill_chunk;
-    o.max_pending_requests = 0;
-    o.metrics = &metrics;
+    const EngineOptions o = regime_options(c, &metrics);
     {
       Engine engine(model, tok, {kEos}, o);
       std::vector<std::shared_ptr<RequestState>> states;

@@ -1,9 +1,11 @@
 """Random-weight Qwen3 checkpoints that the benchmarks compile (benchmarks/bench_decode.py,
-benchmarks/bench_serving.py): fixed seed, the demo tokenizer, made with transformers."""
+benchmarks/bench_serving.py, benchmarks/bench_structured.py): fixed seed, the demo
+tokenizer, made with transformers; and their compiled builds under build/bench/."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 SIZES = {  # hidden, intermediate, layers, heads, kv heads
     "small": (512, 1536, 8, 8, 4),
@@ -29,3 +31,19 @@ def build_checkpoint(directory: Path, size: str) -> None:
                          eos_token_id=facts["eos_token_id"])
     torch.manual_seed(0)
     Qwen3ForCausalLM(config).save_pretrained(directory)
+
+
+def compiled_checkpoint(size: str, variant: str, **options: Any) -> Path:
+    """The `size` checkpoint (built once) compiled for `cpu` into
+    build/bench/qwen3-<size>-cpu-<variant> with `options` (CompileOptions fields); the
+    compile is reused while the options match. Returns the build directory."""
+    from ninfer.paths import DEFAULT_BUILD_DIR
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    root = DEFAULT_BUILD_DIR / "bench"
+    ckpt = root / f"qwen3-{size}"
+    build_checkpoint(ckpt, size)
+    out = root / f"qwen3-{size}-cpu-{variant}"
+    compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id=f"qwen3-{size}",
+                                 python_module=False, **options))
+    return out

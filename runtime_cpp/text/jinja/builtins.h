@@ -1,11 +1,14 @@
 // Jinja2's filters and tests, the Python methods templates call, and the globals of
-// transformers' chat template environment, over jinja::Value.
+// transformers' chat template environment, over jinja::Value (filters.cpp, tests.cpp,
+// methods.cpp, builtins.cpp).
 //
 // The compiler (compiler/ninfer/frontend/chat_codegen.py) accepts a template only if every
-// filter, test and method it names is in these tables (SUPPORTED_FILTERS & co. there list
-// the same names; tests/test_chat_template.py checks they agree).
+// filter, test and method it names is in these tables (SUPPORTED_FILTERS & co. in
+// chat_codegen_expr.py list the same names; tests/test_chat_template.py checks they agree).
 #pragma once
 
+#include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +23,17 @@ struct Args {
   std::vector<Value> pos;
   std::vector<std::pair<std::string, Value>> kw;
 };
+
+// The position of keyword `name` among a function's `params` (params.size() when it is not
+// one): how call arguments bind to parameters (builtins and macros alike).
+inline size_t param_index(std::initializer_list<const char*> params, std::string_view name) {
+  size_t i = 0;
+  for (const char* p : params) {
+    if (name == p) break;
+    ++i;
+  }
+  return i;
+}
 
 using FilterFn = Value (*)(const Value& value, const Args& args);
 using TestFn = bool (*)(const Value& value, const Args& args);

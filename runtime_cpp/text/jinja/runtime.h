@@ -63,11 +63,7 @@ class MacroArgs {
                              std::to_string(params.size()) + " argument(s)");
     for (size_t i = 0; i < a.pos.size(); ++i) values_[i] = {true, a.pos[i]};
     for (const auto& [k, v] : a.kw) {
-      size_t i = 0;
-      for (const char* p : params) {
-        if (k == p) break;
-        ++i;
-      }
+      const size_t i = param_index(params, k);
       if (i == params.size())
         raise("TypeError",
               std::string("macro '") + macro + "' takes no keyword argument '" + k + "'");
