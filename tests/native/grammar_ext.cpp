@@ -65,7 +65,15 @@ PYBIND11_MODULE(ninfer_grammar_ext, m) {
             c.apply(logits.data(), static_cast<int>(logits.size()));
             return logits;
           },
-          py::arg("logits"));
+          py::arg("logits"))
+      .def(
+          "fill_bitmask",
+          [](GrammarConstraint& c, int vocab) {  // into all-ones words: the allowed bits
+            std::vector<uint32_t> words((vocab + 31) / 32, ~0u);
+            c.fill_bitmask(words.data(), vocab);
+            return words;
+          },
+          py::arg("vocab"));
   py::class_<Compiler>(m, "GrammarCompiler")
       .def(py::init<const std::string&, int, std::vector<int32_t>>(), py::arg("tokenizer_json"),
            py::arg("vocab_size"), py::arg("stop_ids"))
