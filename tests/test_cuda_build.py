@@ -50,6 +50,48 @@ def test_every_launch_verified_and_server_linked(gpu_build):
     assert result.server.exists()
 
 
+def test_cuda_model_samples_on_device(gpu_build):
+    """The engine samples a CUDA model on the device: the sampler kernel is launched
+    (and verified) after the LM head, and the engine's path (launch + sample) copies no
+    vocabulary-sized row to the host; only step(), kept for Model::forward, returns logits."""
+    _, result = gpu_build
+    report = json.loads(result.report_path.read_text())
+    assert any(row["kernel"].startswith("sampler_") for row in report["launches"])
+    model_cpp = (result.out_dir / "src" / "model.cpp").read_text()
+    assert "bool samples_on_device() const override { return true; }" in model_cpp
+    start = model_cpp.index("  void launch(const StepBatch& b) override {")
+    device_path = model_cpp[start:model_cpp.index("  size_t graphs_captured() const")]
+    assert "void sample(const SampleRow* rows, SampledToken* out) override" in device_path
+    assert "kVocab" not in device_path and "logits_, sizeof" not in device_path
+    assert device_path.count("backend::to_host(") == 2  # the tokens and their logprobs
+
+
+# One target per CUDA arch the project ships (Ada, Hopper, Blackwell consumer).
+SAMPLER_TARGETS = ["rtx4080s", "h200", "rtx5090"]
+
+
+@pytest.mark.parametrize("name", SAMPLER_TARGETS)
+def test_sampler_kernel_compiles_and_its_launch_verifies(name, tmp_path):
+    """The device sampler for a 151,936-token vocabulary (Qwen) and 16 rows, built by nvcc
+    for the target's arch: no spills, and one block per row fits for every row count."""
+    from ninfer.kernels import SamplerSpec
+    from ninfer.kernels.cuda.lower import build_cuda_source
+    from ninfer.occupancy import LaunchSpec, RuntimeLimits, nvcc_resources, verify
+
+    target = load_target(name)
+    spec = SamplerSpec(vocab=151936, max_rows=16, max_edits=16 * 5120)
+    module = build_cuda_source([spec], target)
+    used = nvcc_resources(tmp_path)(module.source, target.arch)
+    (launch,) = module.launches
+    assert used[launch.kernel_symbol].spill_bytes == 0
+    report = verify(target, [LaunchSpec(launch.shape(), sizes=(1, spec.max_rows))], used,
+                    RuntimeLimits(prefill_chunk=spec.max_rows))
+    assert report.ok, report.violations
+    (check,) = report.checks
+    assert check.max_ok_size == spec.max_rows and check.ctas_per_sm >= 1
+    assert launch.threads == check.launch.threads <= target.max_threads_per_block
+
+
 def test_device_code_is_built_for_the_target_arch(gpu_build):
     name, result = gpu_build
     arch = load_target(name).arch

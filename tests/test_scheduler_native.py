@@ -36,6 +36,14 @@ def _run(binary: Path, *args: str) -> str:
 # Engine and scheduler against the fake model
 
 
+def test_device_sampling_path() -> None:
+    """The engine sampling on the device (Model::samples_on_device) through the CUDA
+    sampler's exact source under emulation: greedy rows equal the host's with every logits
+    processor and constraint, logprobs within 1e-5, seeds repeat, masks hold."""
+    binary = native_build.build("test_device_sampling") / "test_device_sampling"
+    assert "device sampling ok" in _run(binary)
+
+
 @pytest.mark.parametrize("case", ["scheduler", "invariance", "cancel", "admission", "sampling",
                                   "slowdown", "stops", "fork", "token_controls", "processors"])
 def test_native(test_engine: Path, case: str) -> None:

@@ -170,7 +170,16 @@ def test_padded_vocabulary_is_masked(ext: Any) -> None:
     assert c.allowed_tokens() == [0, 1, 2]
     logits = c.apply([1.0] * 64)
     assert [i for i, x in enumerate(logits) if x > float("-inf")] == [0, 1, 2]
+
+    def bits(words: list[int], vocab: int) -> list[int]:
+        return [i for i in range(vocab) if words[i // 32] >> (i % 32) & 1]
+
+    # The device sampler's bitmask (xgrammar's own words) allows the same, also for a
+    # partial last word and ids past the grammar's vocabulary.
+    for vocab in (64, 70, 40):
+        assert bits(c.fill_bitmask(vocab), vocab) == [0, 1, 2]
     assert c.accept(0) and set(c.allowed_tokens()) == {0, 1, 2, 5}  # <pad> (special) never
+    assert bits(c.fill_bitmask(70), 70) == [0, 1, 2, 5]
 
 
 # ---- tool-call grammars ----

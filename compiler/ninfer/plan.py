@@ -20,6 +20,7 @@ from ninfer.kernels.spec import (
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
+    SamplerSpec,
     SiluMulSpec,
 )
 from ninfer.quantize.kv_formats import (
@@ -37,6 +38,10 @@ class PlanError(ValueError):
 
 
 MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head")
+# Device sampler (CUDA): logit edits per sequence beyond its distinct context tokens (the
+# penalties' tokens): logit_bias entries and min_tokens' stop ids.
+SAMPLER_EXTRA_EDITS = 1024
+SAMPLER_TOP_LOGPROBS = 20  # Engine::kMaxLogprobs
 # CLI name of a weight format -> MatmulSpec.wdtype
 FORMAT_WDTYPES = {"f32": "float32", "f16": "f16", "bf16": "bf16", "q8g32": "q8g32",
                   "q4g64": "q4g64", "q4g128": "q4g128"}
@@ -214,6 +219,10 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     weights_bytes = sum(weight_bytes(w, weights) for w in graph.weights)
     weights_bytes += 2 * 4 * limits.max_context * (d // 2)  # rope tables
     activation_bytes = 4 * (chunk * sum(buffers.values()) + conc * (h + v))
+    sampler = (SamplerSpec(v, conc, conc * min(v, limits.max_context + SAMPLER_EXTRA_EDITS),
+                           SAMPLER_TOP_LOGPROBS) if target.is_cuda else None)
+    if sampler:  # the scratch rows, the edits, the masks
+        activation_bytes += 4 * conc * v + 20 * sampler.max_edits + 4 * conc * sampler.words
     workspace_bytes = 64 << 20
     bs = limits.kv_block_size
     kvd = limits.kv_dtype
@@ -258,6 +267,8 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         "gather": EmbeddingSpec(chunk, h),  # rows whose logits are wanted
         "lm_head_gemv": MatmulSpec(h, v, False, "gemv", weights.wdtype("lm_head")),
     }
+    if sampler:  # CUDA samples on the device, after the LM head (kernels/cuda/sampler.py)
+        kernels["sampler"] = sampler
     if conc > limits.gemv_max_rows:
         kernels["lm_head_gemm"] = MatmulSpec(h, v, False, "gemm", weights.wdtype("lm_head"))
     for role, k, n, b in (("q", h, q_dim, bias), ("k", h, kv_dim, bias), ("v", h, kv_dim, bias),

@@ -95,6 +95,12 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
   positions_.resize(info.prefill_chunk);
   slots_.resize(info.prefill_chunk);
   logit_rows_.resize(info.max_concurrency);
+  if (model.samples_on_device()) {
+    sample_rows_.resize(info.max_concurrency);
+    sample_edits_.resize(info.max_concurrency);
+    sample_masks_.resize(info.max_concurrency);
+    sampled_.resize(info.max_concurrency);
+  }
   block_tables_.resize(static_cast<size_t>(info.max_concurrency) * info.blocks_per_seq);
   free_slots_ = sched_.free_slots();
   publish();
@@ -283,8 +289,29 @@ void Engine::run_step(StepPlan& plan) {
     if (c.logits)
       for (const auto& constraint : static_cast<Seq&>(*c.seq).constraints) constraint->prepare();
   const double t0 = clock_.now_ms();
+  const bool device = model_.samples_on_device();
+  // Device sampling: a row whose description fails (a constraint's mask) fails only its
+  // request; it is sampled greedily meanwhile.
+  std::vector<std::string> row_errors(device ? n_logits : 0);
   try {
-    model_.step(batch, logits_.data());
+    if (device) {
+      model_.launch(batch);
+      int k = 0;
+      for (const Chunk& c : plan.chunks) {
+        if (!c.logits) continue;
+        try {
+          device_row(static_cast<Seq&>(*c.seq), k);
+        } catch (const std::exception& e) {
+          row_errors[k] = e.what();
+          sample_rows_[k] = SampleRow{};
+          sample_rows_[k].temperature = 0;
+        }
+        ++k;
+      }
+      model_.sample(sample_rows_.data(), sampled_.data());
+    } else {
+      model_.step(batch, logits_.data());
+    }
   } catch (const std::exception& e) {
     const double now = clock_.now_ms();
     for (const Chunk& c : plan.chunks)
@@ -308,13 +335,102 @@ void Engine::run_step(StepPlan& plan) {
   for (const Chunk& c : plan.chunks) {
     if (!c.logits) continue;
     Seq& s = static_cast<Seq&>(*c.seq);
-    float* row_logits = logits_.data() + static_cast<size_t>(k++) * info.vocab_size;
+    const int row = k++;
     try {
-      on_token(s, row_logits, now);  // may finish and destroy s
+      TokenLogprob lp;
+      TokenLogprob* want = s.state->request.logprobs >= 0 ? &lp : nullptr;
+      int32_t token;
+      if (device) {
+        if (!row_errors[row].empty()) throw std::runtime_error(row_errors[row]);
+        SampledToken& t = sampled_[row];
+        if (t.token < 0) throw std::runtime_error(kAllMaskedError);
+        token = t.token;
+        if (want) *want = {token, t.logprob, std::move(t.top)};
+      } else {
+        token = sample_host(s, logits_.data() + static_cast<size_t>(row) * info.vocab_size, want);
+      }
+      on_token(s, token, want, now);  // may finish and destroy s
     } catch (const std::exception& e) {
       fail(s, e.what(), "", now);
     }
   }
+}
+
+// The row the device sampler draws s's next token from: what process_logits and
+// Sampler::sample do on the host, as parameters, one merged edit per token (min_tokens
+// masking, logit_bias, penalties) and the AND of the constraints' bitmasks.
+void Engine::device_row(Seq& s, int k) {
+  const GenerationRequest& req = s.state->request;
+  const SamplingParams& p = req.sampling;
+  const int vocab = model_.info().vocab_size;
+  std::vector<SampleEdit>& edits = sample_edits_[k];
+  edits.clear();
+  edit_index_.clear();
+  auto edit = [&](int32_t id) -> SampleEdit* {
+    if (id < 0 || id >= vocab) return nullptr;
+    auto [it, fresh] = edit_index_.emplace(id, static_cast<int>(edits.size()));
+    if (fresh) edits.push_back(SampleEdit{id});
+    return &edits[it->second];
+  };
+  if (s.generated < req.min_tokens) {
+    if (!req.ignore_eos)
+      for (int32_t id : eos_ids_)
+        if (SampleEdit* e = edit(id)) e->flags |= SampleEdit::kMask;
+    for (int32_t id : req.stop_token_ids)
+      if (SampleEdit* e = edit(id)) e->flags |= SampleEdit::kMask;
+  }
+  for (const auto& [id, bias] : p.logit_bias)  // ids are unique (a JSON object's keys)
+    if (SampleEdit* e = edit(id)) {
+      e->flags |= SampleEdit::kBias;
+      e->bias += bias;
+    }
+  if (p.has_penalties())
+    s.counts.each([&](int32_t id, bool, int output) {
+      SampleEdit* e = edit(id);
+      if (!e) return;
+      if (p.repetition_penalty != 1.0f) e->flags |= SampleEdit::kRepeat;
+      if (output > 0) {
+        e->flags |= SampleEdit::kOutput;
+        e->frequency = p.frequency_penalty * static_cast<float>(output);
+        e->presence = p.presence_penalty;
+      }
+    });
+  SampleRow& row = sample_rows_[k];
+  row = SampleRow{};
+  row.temperature = p.temperature;
+  row.top_p = p.top_p;
+  row.min_p = p.min_p;
+  row.repetition_penalty = p.repetition_penalty;
+  row.top_k = p.top_k;
+  row.logprobs = req.logprobs;
+  row.seed = req.seed + static_cast<uint64_t>(s.index);  // as the host Sampler is seeded
+  row.counter = static_cast<uint64_t>(s.generated);
+  row.edits = edits.data();
+  row.n_edits = static_cast<int>(edits.size());
+  if (!s.constraints.empty()) {
+    std::vector<uint32_t>& mask = sample_masks_[k];
+    mask.assign(static_cast<size_t>(vocab + 31) / 32, ~0u);
+    for (const auto& c : s.constraints) c->fill_bitmask(mask.data(), vocab);
+    row.mask = mask.data();
+  }
+}
+
+// The host path: the processors, then the Sampler, over the step's row (in place).
+int32_t Engine::sample_host(Seq& s, float* logits, TokenLogprob* logprob) {
+  const GenerationRequest& req = s.state->request;
+  const int vocab = model_.info().vocab_size;
+  // Logprobs are the model's own (before the processors): keep the raw row if they will
+  // change it.
+  const bool processed = s.generated < req.min_tokens || !req.sampling.logit_bias.empty() ||
+                         req.sampling.has_penalties() || !s.constraints.empty();
+  if (logprob && processed) raw_logits_.assign(logits, logits + vocab);
+  process_logits(s, logits);
+  const int32_t token = s.sampler.sample(logits, vocab, req.sampling);
+  if (logprob) {
+    const LogSoftmax lsm(processed ? raw_logits_.data() : logits, vocab);
+    *logprob = {token, lsm.logprob(token), lsm.top(req.logprobs)};
+  }
+  return token;
 }
 
 // The logits processors of the request (sampling.h: min_tokens, logit_bias, penalties;
@@ -335,16 +451,8 @@ void Engine::process_logits(Seq& s, float* logits) {
   for (const auto& c : s.constraints) c->apply(logits, vocab);
 }
 
-bool Engine::on_token(Seq& s, float* logits, double now) {
+bool Engine::on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now) {
   const GenerationRequest& req = s.state->request;
-  const int vocab = model_.info().vocab_size;
-  // Logprobs are the model's own (before the processors): keep the raw row if they will
-  // change it.
-  const bool processed = s.generated < req.min_tokens || !req.sampling.logit_bias.empty() ||
-                         req.sampling.has_penalties() || !s.constraints.empty();
-  if (req.logprobs >= 0 && processed) raw_logits_.assign(logits, logits + vocab);
-  process_logits(s, logits);
-  const int32_t token = s.sampler.sample(logits, vocab, req.sampling);
   for (const auto& c : s.constraints)
     if (!c->accept(token))
       throw std::logic_error("a constraint refused token " + std::to_string(token) +
@@ -371,10 +479,7 @@ bool Engine::on_token(Seq& s, float* logits, double now) {
     return true;
   }
   s.pending_tokens.push_back(token);
-  if (req.logprobs >= 0) {
-    const LogSoftmax lsm(processed ? raw_logits_.data() : logits, vocab);
-    s.pending_logprobs.push_back({token, lsm.logprob(token), lsm.top(req.logprobs)});
-  }
+  if (logprob) s.pending_logprobs.push_back(std::move(*logprob));
   // Stop strings count from min_tokens on (vLLM): one may still start before.
   const StopMatcher::Result r =
       s.stops.feed(s.decoder.push(token), /*armed=*/s.generated >= req.min_tokens);

@@ -6,7 +6,11 @@
 // what can never fit. Each loop iteration (engine.cpp) reaps cancelled and timed-out
 // requests, asks the Scheduler (scheduler.h) for a step plan (decode rows of running
 // requests, then prompt chunks, under the step token budget), runs Model::step over it,
-// and samples the requests whose last row was in the step. Each request owns its Sampler
+// and samples the requests whose last row was in the step: on the host (sampling.h) over
+// the logits the step returns, or, for a model that samples on the device
+// (Model::samples_on_device, CUDA), by describing each row's sampling (SampleRow: its
+// parameters, logit edits and constraint bitmask) for Model::sample; everything after the
+// token is chosen is one code path. Each request owns its Sampler
 // (seeded per request), StreamDecoder and StopMatcher, and the kernels are
 // row-independent, so a request's tokens do not depend on what else is in the batch, on
 // how its prompt was chunked, or on being preempted and recomputed. A request with n > 1
@@ -22,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/clock.h"
@@ -77,8 +82,11 @@ class Engine {
   void loop();
   void reap(double now);
   void run_step(StepPlan& plan);
-  bool on_token(Seq& s, float* logits, double now);  // true: finished
+  // The token chosen for s (and its logprobs when asked): accept it, send, stop or go on.
+  bool on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now);  // true: finished
+  int32_t sample_host(Seq& s, float* logits, TokenLogprob* logprob);
   void process_logits(Seq& s, float* logits);
+  void device_row(Seq& s, int k);  // fills sample_rows_[k]
   void send_pending(Seq& s, const std::string& text);
   void finish(Seq& s, const std::string& reason, double now);
   void fail(Seq& s, const std::string& error, const std::string& code, double now);
@@ -105,6 +113,12 @@ class Engine {
   std::vector<std::unique_ptr<Seq>> seqs_;
   std::vector<float> logits_;
   std::vector<float> raw_logits_;  // a row before its processors, for logprobs
+  // Device sampling: per logits row of the step, its description and result.
+  std::vector<SampleRow> sample_rows_;
+  std::vector<std::vector<SampleEdit>> sample_edits_;
+  std::vector<std::vector<uint32_t>> sample_masks_;
+  std::vector<SampledToken> sampled_;
+  std::unordered_map<int32_t, int> edit_index_;  // token -> its edit in the row being built
   std::vector<int32_t> tokens_, positions_, slots_, block_tables_, logit_rows_;
   // Step cost model for max_decode_slowdown: a decode-only step, and each prompt row
   // on top of one (exponential moving averages of measured step times).

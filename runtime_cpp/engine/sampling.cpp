@@ -9,6 +9,10 @@
 
 namespace ninfer {
 
+const char kAllMaskedError[] =
+    "every token of the vocabulary is masked (logit -inf) at this position: the request's "
+    "constraints, logit_bias or min_tokens leave nothing to sample";
+
 int32_t argmax(const float* logits, int vocab) {
   int32_t best = -1;
   float value = -std::numeric_limits<float>::infinity();
@@ -53,10 +57,7 @@ void apply_logit_bias(float* logits, int vocab, const SamplingParams& p) {
 // measures the mass (vLLM v1 applies min_p before top-k / top-p; min_p and top_k commute).
 int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p) {
   const int32_t best = argmax(logits, vocab);
-  if (best < 0)
-    throw std::runtime_error(
-        "every token of the vocabulary is masked (logit -inf) at this position: the request's "
-        "constraints, logit_bias or min_tokens leave nothing to sample");
+  if (best < 0) throw std::runtime_error(kAllMaskedError);
   if (p.temperature <= 0.0f || p.top_k == 1) return best;
   const double inv_t = 1.0 / p.temperature;
   const double top = logits[best];

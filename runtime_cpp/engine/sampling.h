@@ -44,6 +44,11 @@ class TokenCounts {
   // (r = repetition_penalty, prompt or output), then l -= frequency * count + presence
   // (output only).
   void apply(float* logits, int vocab, const SamplingParams& p) const;
+  // Calls f(token, seen in the prompt, output count) for every token seen.
+  template <typename F>
+  void each(F&& f) const {
+    for (const auto& [id, c] : counts_) f(id, c.prompt, c.output);
+  }
 
  private:
   struct Count {
@@ -52,6 +57,9 @@ class TokenCounts {
   };
   std::unordered_map<int32_t, Count> counts_;
 };
+
+// What a row where every token is masked fails its request with (host and device).
+extern const char kAllMaskedError[];
 
 // Adds each bias to its token's logit (ids were validated by the caller).
 void apply_logit_bias(float* logits, int vocab, const SamplingParams& p);

@@ -11,7 +11,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ninfer {
 
@@ -48,6 +51,32 @@ struct StepBatch {
   const int32_t* logit_rows = nullptr;  // [n_logits] row indices into this step
 };
 
+// Device sampling (Model::samples_on_device): what the engine's host sampler
+// (engine/sampling.h) applies to one logits row, in a form the device reads.
+struct SampleEdit {  // one token's logits processors, applied in this order
+  enum : uint32_t { kMask = 1, kBias = 2, kRepeat = 4, kOutput = 8 };
+  int32_t token = 0;
+  uint32_t flags = 0;  // kMask: -inf (min_tokens); kBias: += bias; kRepeat: l / r if l > 0
+                       // else l * r (r = repetition_penalty); kOutput: l -= frequency, then
+                       // l -= presence
+  float bias = 0, frequency = 0, presence = 0;  // frequency: frequency_penalty x count
+};
+struct SampleRow {
+  float temperature = 1, top_p = 1, min_p = 0, repetition_penalty = 1;
+  int32_t top_k = 0;      // 0 or -1: off
+  int32_t logprobs = -1;  // >= 0: the raw logprob and this many top alternatives (<= 20)
+  uint64_t seed = 0;      // the draw is Philox4x32-10 keyed by seed at counter
+  uint64_t counter = 0;   // the choice's token index
+  const SampleEdit* edits = nullptr;  // one per token at most
+  int n_edits = 0;
+  const uint32_t* mask = nullptr;  // ceil(vocab / 32) words, bit set = allowed; nullptr: all
+};
+struct SampledToken {
+  int32_t token = -1;                          // -1: every token was masked
+  float logprob = 0;                           // raw (the model's log-softmax), when logprobs >= 0
+  std::vector<std::pair<int32_t, float>> top;  // most likely first, ties by lower id
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -57,9 +86,22 @@ class Model {
   // requested rows to `logits` (n_logits x vocab_size floats, row-major).
   virtual void step(const StepBatch& batch, float* logits) = 0;
 
+  // Device sampling, instead of step(): launch() starts a step whose logits stay on the
+  // device (it may return before they exist), then sample() draws one token for each of
+  // its n_logits rows (rows[k] describes logits row k) and waits for them. Between the
+  // two the engine builds the rows (constraint masks are computed while the step runs).
+  virtual bool samples_on_device() const { return false; }
+  virtual void launch(const StepBatch&) { no_device_sampling(); }
+  virtual void sample(const SampleRow*, SampledToken*) { no_device_sampling(); }
+
   // One sequence in slot 0 with blocks 1..blocks_per_seq (for parity tests and tools
   // without an engine): `n` tokens at positions pos0.., logits of the last one.
   void forward(const int32_t* tokens, int n, int pos0, float* logits);
+
+ private:
+  [[noreturn]] static void no_device_sampling() {
+    throw std::logic_error("this model returns logits (step): it does not sample on the device");
+  }
 };
 
 // Compile-time facts about the generated model, available before loading weights.

@@ -351,6 +351,15 @@ void GrammarConstraint::apply(float* logits, int vocab) {
   for (int id = n; id < vocab; ++id) logits[id] = kNegInf;  // beyond the grammar's vocabulary
 }
 
+void GrammarConstraint::fill_bitmask(uint32_t* words, int vocab) {
+  const uint32_t* bits = mask();
+  const int n = std::min(vocab, state_->vocab_size);
+  for (int w = 0; w < n / 32; ++w) words[w] &= bits[w];
+  for (int id = n / 32 * 32; id < vocab;
+       ++id)  // a partial word, and beyond the grammar's vocabulary
+    if (id >= n || !((bits[id / 32] >> (id % 32)) & 1u)) words[id / 32] &= ~(1u << (id % 32));
+}
+
 bool GrammarConstraint::accept(int32_t token) {
   State& s = *state_;
   s.join();

@@ -96,6 +96,7 @@ class GrammarConstraint : public TokenConstraint {
   ~GrammarConstraint() override;
   void prepare() override;
   void apply(float* logits, int vocab) override;
+  void fill_bitmask(uint32_t* words, int vocab) override;  // xgrammar's own mask
   bool accept(int32_t token) override;
   bool finished() const override;
   // A matcher in the same state (xgrammar's Fork), over the same compiled grammar.

@@ -1,15 +1,17 @@
 // Host emulation of the CUDA subset the hand-written kernels use, so that their exact
-// source (templates/cuda/paged_attention.cu.j2) can be compiled with g++ and run on the
-// CPU (tests/kernels/test_cuda_emulation.py).
+// source (templates/cuda/*.cu.j2) can be compiled with g++ and run on the CPU
+// (tests/kernels/test_cuda_emulation.py, tests/kernels/test_cuda_sampler.py).
 //
-// Every CUDA thread of a block is a coroutine (ucontext) on one OS thread, switched
-// round-robin at synchronization points; blocks run one after another, so a `__shared__`
+// Every CUDA thread of a block is a coroutine on one OS thread (started with ucontext,
+// switched with _setjmp/_longjmp, which do not save the signal mask: no system call per
+// switch), switched round-robin at synchronization points; blocks run one after another, so a `__shared__`
 // array can be a function-local static. __syncthreads() is a barrier over the block and
-// __shfl_xor_sync a two-phase exchange through a barrier over the 32 threads of a warp
-// (all lanes must take part, as the full mask promises). A launch whose threads all wait
+// __shfl_xor_sync and __ballot_sync a two-phase exchange through a barrier over the 32
+// threads of a warp (all lanes must take part, as the full mask promises). A launch whose threads all wait
 // with none able to proceed (a missing arrival) aborts.
 #pragma once
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <cmath>
@@ -71,21 +73,27 @@ struct Barrier {
 };
 
 struct Fiber {
-  ucontext_t context;
+  ucontext_t context;  // the start
+  jmp_buf resume;      // where it yielded
+  bool started = false;
   std::vector<char> stack;
   bool done = false;
 };
 
 inline ucontext_t scheduler;
+inline jmp_buf scheduler_resume;
 inline std::vector<Fiber>* fibers = nullptr;
 inline unsigned current = 0;
 inline const std::function<void()>* kernel_body = nullptr;
 inline Barrier block_barrier;
 inline std::vector<Barrier> warp_barriers;
 inline std::vector<float> warp_slots;  // 32 per warp
+inline std::vector<unsigned> warp_votes;  // 32 per warp (__ballot_sync)
 inline bool progressed = false;
 
-inline void yield() { swapcontext(&(*fibers)[current].context, &scheduler); }
+inline void yield() {
+  if (!_setjmp((*fibers)[current].resume)) _longjmp(scheduler_resume, 1);
+}
 
 inline void wait(Barrier& b) {
   progressed = true;
@@ -102,7 +110,8 @@ inline void entry() {
   (*kernel_body)();
   (*fibers)[current].done = true;
   progressed = true;
-}  // returns to `scheduler` through uc_link
+  _longjmp(scheduler_resume, 1);  // never returns
+}
 
 // Runs body() for every thread of a (grid_x, grid_y) x threads launch (threads a multiple
 // of 32); blocks run one after another, x fastest.
@@ -119,9 +128,11 @@ inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads,
     block_barrier = Barrier{threads};
     warp_barriers.assign(threads / 32, Barrier{32});
     warp_slots.assign(threads, 0.0f);
+    warp_votes.assign(threads, 0u);
     for (unsigned t = 0; t < threads; ++t) {
       Fiber& f = fs[t];
       f.done = false;
+      f.started = false;
       getcontext(&f.context);
       f.context.uc_stack.ss_sp = f.stack.data();
       f.context.uc_stack.ss_size = f.stack.size();
@@ -136,7 +147,14 @@ inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads,
         current = t;
         blockIdx = {b % grid_x, b / grid_x, 0};
         threadIdx = {t, 0, 0};
-        swapcontext(&scheduler, &fs[t].context);
+        if (!_setjmp(scheduler_resume)) {
+          if (!fs[t].started) {
+            fs[t].started = true;
+            swapcontext(&scheduler, &fs[t].context);
+          } else {
+            _longjmp(fs[t].resume, 1);
+          }
+        }
         running = true;
       }
       if (running && !progressed) {
@@ -160,3 +178,16 @@ inline float __shfl_xor_sync(unsigned /*mask*/, float v, int offset) {
   emu::wait(emu::warp_barriers[warp]);
   return r;
 }
+
+inline unsigned __ballot_sync(unsigned /*mask*/, int predicate) {
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  unsigned* votes = emu::warp_votes.data() + warp * 32;
+  votes[lane] = predicate != 0;
+  emu::wait(emu::warp_barriers[warp]);
+  unsigned bits = 0;
+  for (unsigned l = 0; l < 32; ++l) bits |= votes[l] << l;
+  emu::wait(emu::warp_barriers[warp]);
+  return bits;
+}
+
+inline int __popc(unsigned x) { return __builtin_popcount(x); }

@@ -37,7 +37,7 @@ from ninfer.kernels.cuda.attention import (
     attention_splits,
     splits_expr,
 )
-from ninfer.kernels.cuda.lower import CudaLaunch, build_cuda_source
+from ninfer.kernels.cuda.lower import CudaLaunch, CudaModule, build_cuda_source
 from ninfer.kernels.cuda.schedules import cuda_params, pow2_floor
 from ninfer.paths import DEFAULT_BUILD_DIR
 from ninfer.quantize import kv_formats
@@ -94,11 +94,17 @@ QMATMUL = [MatmulSpec(k, n_out, bias, schedule, fmt)
 
 
 @functools.cache
-def emulated(target_name: str) -> tuple[ctypes.CDLL, dict[str, CudaLaunch]]:
+def emulated(target_name: str) -> tuple[ctypes.CDLL, dict[str, list[CudaLaunch]]]:
     """The hand-written kernels as built for `target_name`, compiled for the host."""
+    return compile_emulated(build_cuda_source([*ATTENTION, *KV_STORE, *QMATMUL],
+                                              TARGETS[target_name]()))
+
+
+def compile_emulated(module: CudaModule) -> tuple[ctypes.CDLL, dict[str, list[CudaLaunch]]]:
+    """`module`'s exact source compiled with g++ against cuda_emulation.h (cached by
+    content), with one `emu_<symbol>` driver per launch; its launches by spec name."""
     if CXX is None:
         pytest.skip("g++ not found")
-    module = build_cuda_source([*ATTENTION, *KV_STORE, *QMATMUL], TARGETS[target_name]())
     drivers = []
     for launch in module.launches:
         params = ", ".join(f"{p.ctype} a{i}" for i, p in enumerate(launch.params))
@@ -131,13 +137,21 @@ def emulated(target_name: str) -> tuple[ctypes.CDLL, dict[str, CudaLaunch]]:
 
 def run(target_name: str, spec: KernelSpec, arrays: list[np.ndarray], n: int) -> int:
     """Run `spec`'s launches on `arrays` (signature order, contiguous) with n rows, as the
-    generated launch table would: scratch buffers (NaN-filled, so an unwritten element
-    shows), `expr` parameters and grids evaluated for n. Returns the number of launches."""
-    lib, launches = emulated(target_name)
+    generated launch table would (run_launches). Returns the number of launches."""
+    return run_launches(emulated(target_name), spec, arrays, n)
+
+
+def run_launches(built: tuple[ctypes.CDLL, dict[str, list[CudaLaunch]]], spec: KernelSpec,
+                 arrays: list[np.ndarray], n: int,
+                 scratch: dict[str, np.ndarray] | None = None) -> int:
+    """Run `spec`'s launches from `built` (compile_emulated) with n rows: scratch buffers
+    NaN-filled (so an unwritten element shows) unless given in `scratch` (float32, to read
+    back), `expr` parameters and grids evaluated for n. Returns the number of launches."""
+    lib, launches = built
     tensors = dict(zip([a.name for a in spec.signature()], arrays, strict=True))
     for a in arrays:
         assert a.flags.c_contiguous
-    scratch: dict[str, np.ndarray] = {}
+    scratch = {} if scratch is None else scratch
     for launch in launches[spec.name()]:
         for alloc in launch.host_allocs:
             if alloc.name not in scratch:

@@ -68,7 +68,15 @@ PYBIND11_MODULE(ninfer_grammar_ext, m) {
             c.apply(logits.data(), static_cast<int>(logits.size()));
             return logits;
           },
-          py::arg("logits"));
+          py::arg("logits"))
+      .def(
+          "fill_bitmask",
+          [](GrammarConstraint& c, int vocab) {  // into all-ones words: the allowed bits
+            std::vector<uint32_t> words((vocab + 31) / 32, ~0u);
+            c.fill_bitmask(words.data(), vocab);
+            return words;
+          },
+          py::arg("vocab"));
   // A gate over a grammar: allowed_tokens() are those apply() leaves finite.
   py::class_<ninfer::ReasoningGate, std::shared_ptr<ninfer::ReasoningGate>>(m, "Gate")
       .def(

@@ -85,6 +85,7 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "limits": plan.limits,
         "kv": plan.kv,
         "kernels": kernels,
+        "plan_kernels": plan.kernels,
         "wparts": {role: weight_parts(role, plan.kernels[f"{role}_gemv"])
                    for role in MATMUL_ROLES},
         "kvparts": kv_parts(plan.kernels["attention"]),

@@ -16,6 +16,7 @@ from .spec import (
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
+    SamplerSpec,
     SiluMulSpec,
 )
 
@@ -30,6 +31,7 @@ __all__ = [
     "MatmulSpec",
     "RMSNormSpec",
     "RopeSpec",
+    "SamplerSpec",
     "SiluMulSpec",
     "build_cpu_module",
     "build_cpu_object",

@@ -353,6 +353,55 @@ class KvStoreSpec:
         return [*head, *(_tensor("out" + sfx, dt, *shape) for sfx, dt, shape in parts)]
 
 
+@dataclass(frozen=True)
+class SamplerSpec:
+    """One token per logits row, drawn on the device as the engine's host sampler would
+    (runtime_cpp/engine/sampling.h; CUDA only, kernels/cuda/sampler.py).
+
+    Row i reads fparams[i] = (temperature, top_p, min_p, repetition_penalty) and iparams[i]
+    = (top_k, edit offset, edit count, mask row or -1, logprobs or -1, seed low/high, step
+    counter low/high); its edits are edit_ids / edit_vals[offset .. offset + count) =
+    (token, flags) / (bias, frequency x count, presence), flags 1 min_tokens mask, 2
+    logit_bias, 4 repetition penalty, 8 output penalties; its allowed tokens the bits of
+    masks[mask row] (bit t % 32 of word t / 32). out_ids[i] = (token or -1 when every
+    token is masked, the top raw-logprob ids), out_logprobs[i] = (the token's raw logprob,
+    the top ones); `top` columns of alternatives (-1 past the row's logprobs).
+    """
+
+    family: ClassVar[str] = "sampler"
+    INTS: ClassVar[int] = 9
+    FLOATS: ClassVar[int] = 4
+    vocab: int
+    max_rows: int  # logits rows per step
+    max_edits: int  # edits of all rows of a step together
+    top: int = 20  # top logprobs at most
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "vocab", "max_rows", "max_edits", "top")
+        if self.vocab >= 1 << 24:
+            raise ValueError(f"SamplerSpec: vocab {self.vocab} must be below 2^24 (token ids "
+                             "travel through float reductions exactly)")
+
+    @property
+    def words(self) -> int:
+        return -(-self.vocab // 32)
+
+    def name(self) -> str:
+        return f"sampler_v{self.vocab}_r{self.max_rows}_e{self.max_edits}_t{self.top}"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("logits", "float32", "n", self.vocab),
+            _tensor("fparams", "float32", "n", self.FLOATS),
+            _tensor("iparams", "int32", "n", self.INTS),
+            _tensor("edit_ids", "int32", self.max_edits, 2),
+            _tensor("edit_vals", "float32", self.max_edits, 3),
+            _tensor("masks", "int32", self.max_rows, self.words),
+            _tensor("out_ids", "int32", "n", self.top + 1),
+            _tensor("out_logprobs", "float32", "n", self.top + 1),
+        ]
+
+
 def _check_kv(spec: object, kv_dtype: str, head_dim: int, rotate: int) -> None:
     name = type(spec).__name__
     if kv_dtype not in KV_DTYPES:
@@ -372,4 +421,5 @@ KernelSpec = (
     | AddSpec
     | AttentionSpec
     | KvStoreSpec
+    | SamplerSpec
 )

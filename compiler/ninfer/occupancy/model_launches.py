@@ -4,8 +4,8 @@ The step program calls each kernel stub with a row count between 1 and a per-rol
 maximum (the step's row budget, i.e. the prefill chunk, for most roles; chunk x heads for
 per-head norms; the sequences per step for the logits rows); every device kernel behind a
 stub is verified over that whole range, using its real registers and shared memory from
-nvcc. With cooperative prefill projections, each projection shape gets its routes
-(occupancy.coop), verified the same way.
+nvcc (the sampler: one block per logits row). With cooperative prefill projections, each
+projection shape gets its routes (occupancy.coop), verified the same way.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def max_rows_per_spec(plan: Plan, num_heads: int) -> dict[str, int]:
             need = chunk * num_heads  # called with tokens x heads rows
         elif role == "lm_head_gemv":
             need = min(seqs, plan.limits.gemv_max_rows)  # one logits row per sequence
-        elif role in ("lm_head_gemm", "gather"):
+        elif role in ("lm_head_gemm", "gather", "sampler"):
             need = seqs
         elif role.endswith("_gemv"):
             need = min(chunk, plan.limits.gemv_max_rows)

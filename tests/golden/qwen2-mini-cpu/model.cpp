@@ -117,6 +117,17 @@ class GeneratedModel final : public Model {
   const ModelInfo& info() const override { return compiled_model_info(); }
 
   void step(const StepBatch& b, float* logits) override {
+    run(b);
+    if (b.n_logits > 0)
+      backend::to_host(logits, logits_, sizeof(float) * size_t(b.n_logits) * kVocab);
+    backend::synchronize();
+  }
+
+  size_t graphs_captured() const { return graphs_.captured(); }
+
+ private:
+  // Stages and runs one step; its logits stay in logits_ (not waited for).
+  void run(const StepBatch& b) {
     check(b);
     // With CUDA graphs the rows are padded to a bucket (one graph per bucket x logits
     // rows); padding rows are token 0 at position 0 of slot 0 and store their key/value
@@ -141,13 +152,8 @@ class GeneratedModel final : public Model {
                        sizeof(int32_t) * size_t(kMaxConcurrency) * kBlocksPerSeq);
     if (m > 0) backend::to_device(logit_rows_, b.logit_rows, sizeof(int32_t) * m);
     graphs_.run((uint64_t(n) << 16) | uint64_t(m), [&] { kernels(n, m); });
-    if (m > 0) backend::to_host(logits, logits_, sizeof(float) * size_t(m) * kVocab);
-    backend::synchronize();
   }
 
-  size_t graphs_captured() const { return graphs_.captured(); }
-
- private:
   static int bucket(int n) {
     int b = 1;
     while (b < n) b *= 2;

@@ -25,6 +25,7 @@ void matmul_k64_n32_f32_gemv(const float* x, const float* w, float* out, int64_t
 void rmsnorm_h32_eps1em06_f32(const float* x, const float* w, float* out, int64_t n);
 void rope_h1_d32_p2048_f32(const float* x, const int32_t* pos, const float* cos, const float* sin, float* out, int64_t n);
 void rope_h2_d32_p2048_f32(const float* x, const int32_t* pos, const float* cos, const float* sin, float* out, int64_t n);
+void sampler_v64_r1_e64_t20(const float* logits, const float* fparams, const int32_t* iparams, const int32_t* edit_ids, const float* edit_vals, const int32_t* masks, int32_t* out_ids, float* out_logprobs, int64_t n);
 void silu_mul_i48_f32(const float* gu, float* out, int64_t n);
 void coop_proj_k64_n32(const float* x, const float* w, float* out, int64_t n);
 void coop_proj_k32_n96(const float* x, const float* w, float* out, int64_t n);

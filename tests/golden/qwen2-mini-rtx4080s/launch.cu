@@ -10,7 +10,7 @@
 #include "kernels.h"
 
 // ---- device code: TVM-generated from the scheduled PrimFuncs ----
-// <11223 lines of device code, sha256 2f1e3221c833f161>
+// <11560 lines of device code, sha256 c47a5cebed8f2abf>
 // ---- end of device code ----
 
 // ---- device code: cooperative split-K projections (templates/cuda/coop_splitk.cu.j2) ----
@@ -50,6 +50,7 @@ constexpr cuda::LaunchBounds kBounds_silu_mul_i48_f32_kernel{"silu_mul_i48_f32_k
 constexpr cuda::LaunchBounds kBounds_add_h32_f32_kernel{"add_h32_f32_kernel", 256, 0, 0};
 constexpr cuda::LaunchBounds kBounds_embedding_v2048_h32_f32_kernel{"embedding_v2048_h32_f32_kernel", 256, 0, 0};
 constexpr cuda::LaunchBounds kBounds_matmul_k32_n64_f32_gemv_kernel{"matmul_k32_n64_f32_gemv_kernel", 32, 0, 0};
+constexpr cuda::LaunchBounds kBounds_sampler_v64_r1_e64_t20_kernel{"sampler_v64_r1_e64_t20_kernel", 512, 0, 0};
 constexpr cuda::LaunchBounds kBounds_matmul_k32_n64_f32_bias_gemv_kernel{"matmul_k32_n64_f32_bias_gemv_kernel", 32, 0, 0};
 constexpr cuda::LaunchBounds kBounds_matmul_k32_n64_f32_bias_gemm_kernel{"matmul_k32_n64_f32_bias_gemm_kernel", 128, 0, 0};
 constexpr cuda::LaunchBounds kBounds_matmul_k32_n32_f32_bias_gemv_kernel{"matmul_k32_n32_f32_bias_gemv_kernel", 32, 0, 0};
@@ -76,6 +77,11 @@ float* scratch_attention_h2_kv1_d32_c2048_b16_s1_k129_f16_part_acc() {
 // Scratch buffer sized for the largest launch (((n * 2) * ((64 + n * 2 - 1) / (n * 2)) * 2) x float).
 float* scratch_attention_h2_kv1_d32_c2048_b16_s1_k129_f16_part_ml() {
   static cuda::DeviceBuffer buffer(sizeof(float) * 8192);
+  return buffer.as<float>();
+}
+// Scratch buffer sized for the largest launch ((n * 64) x float).
+float* scratch_sampler_v64_r1_e64_t20_work() {
+  static cuda::DeviceBuffer buffer(sizeof(float) * 64);
   return buffer.as<float>();
 }
 
@@ -355,6 +361,20 @@ void rope_h2_d32_p2048_f32(const float* x, const int32_t* pos, const float* cos,
     cuda::check_launch(kBounds_rope_h2_d32_p2048_f32_kernel, grid, block, smem);
     rope_h2_d32_p2048_f32_kernel<<<grid, block, smem, cuda::stream()>>>((float*)(cos), (float*)(out), (int32_t*)(pos), (float*)(sin), (float*)(x), static_cast<int64_t>(n));
     cuda::check(cudaGetLastError(), "launch of rope_h2_d32_p2048_f32_kernel");
+  }
+}
+
+void sampler_v64_r1_e64_t20(const float* logits, const float* fparams, const int32_t* iparams, const int32_t* edit_ids, const float* edit_vals, const int32_t* masks, int32_t* out_ids, float* out_logprobs, int64_t n) {
+  {
+    static const bool configured =
+        (cuda::configure_kernel(reinterpret_cast<const void*>(&sampler_v64_r1_e64_t20_kernel), 0), true);
+    (void)configured;
+    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(1), static_cast<unsigned>(1));
+    const dim3 block(512, 1, 1);
+    const size_t smem = static_cast<size_t>(0);
+    cuda::check_launch(kBounds_sampler_v64_r1_e64_t20_kernel, grid, block, smem);
+    sampler_v64_r1_e64_t20_kernel<<<grid, block, smem, cuda::stream()>>>((float*)(logits), (float*)(fparams), (int32_t*)(iparams), (int32_t*)(edit_ids), (float*)(edit_vals), (int32_t*)(masks), (int32_t*)(out_ids), (float*)(out_logprobs), scratch_sampler_v64_r1_e64_t20_work(), static_cast<int64_t>(n));
+    cuda::check(cudaGetLastError(), "launch of sampler_v64_r1_e64_t20_kernel");
   }
 }
 

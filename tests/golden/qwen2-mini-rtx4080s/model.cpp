@@ -5,6 +5,11 @@
 // of up to kMaxConcurrency sequences, with keys/values in a paged pool (model.h). Every call
 // below goes to a kernel stub (kernels.h) whose name encodes its spec; the launch table
 // behind the stubs is rendered per backend.
+//
+// This model samples on the device (launch() + sample(), model.h): after the step the
+// sampler kernel (templates/cuda/sampler.cu.j2) reads the logits where the LM head wrote
+// them; per step only the rows' parameters, logit edits and allowed-token masks go up and
+// the tokens (with their logprobs when asked) come down, never a vocabulary-sized row.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +22,7 @@
 #include "backend/backend.h"
 #include "kernels.h"
 #include "model/model.h"
+#include "model/sample_pack.h"
 
 namespace ninfer {
 namespace {
@@ -38,6 +44,12 @@ constexpr int kBlockSize = 16;
 constexpr int kBlocks = 129;
 constexpr int kBlocksPerSeq = 128;
 constexpr size_t kPoolRows = size_t(kBlocks) * kBlockSize;
+// Device sampler (SamplerSpec): per-row columns, edits of a step, top logprobs.
+static_assert(SamplePack::kInts == 9 && SamplePack::kFloats == 4);
+constexpr int kSampleTop = 20;
+constexpr int kMaxEdits = 64;
+constexpr int kMaskWords = 2;
+constexpr uint64_t kSampleGraph = uint64_t(1) << 63;  // graph keys of the sampler launch
 
 using namespace ninfer::kernels;
 
@@ -112,11 +124,64 @@ class GeneratedModel final : public Model {
     logits_ = mem_.floats(size_t(kMaxConcurrency) * kVocab);
     for (auto* v : {&stage_tokens_, &stage_pos_, &stage_seq_, &stage_kv_rows_})
       v->resize(kPrefillChunk);
+    samp_f_ = mem_.floats(size_t(kMaxConcurrency) * SamplePack::kFloats);
+    samp_i_ = mem_.ints(size_t(kMaxConcurrency) * SamplePack::kInts);
+    edit_ids_ = mem_.ints(size_t(kMaxEdits) * 2);
+    edit_vals_ = mem_.floats(size_t(kMaxEdits) * 3);
+    masks_ = mem_.ints(size_t(kMaxConcurrency) * kMaskWords);
+    out_ids_ = mem_.ints(size_t(kMaxConcurrency) * (kSampleTop + 1));
+    out_lp_ = mem_.floats(size_t(kMaxConcurrency) * (kSampleTop + 1));
   }
 
   const ModelInfo& info() const override { return compiled_model_info(); }
 
   void step(const StepBatch& b, float* logits) override {
+    run(b);
+    if (b.n_logits > 0)
+      backend::to_host(logits, logits_, sizeof(float) * size_t(b.n_logits) * kVocab);
+    backend::synchronize();
+  }
+
+  bool samples_on_device() const override { return true; }
+
+  void launch(const StepBatch& b) override {
+    launched_ = -1;
+    run(b);
+    launched_ = b.n_logits;
+  }
+
+  // The sampler over the launched step's logits rows: parameters, edits (all rows' in one
+  // array) and the constrained rows' masks up (model/sample_pack.h), tokens down.
+  void sample(const SampleRow* rows, SampledToken* out) override {
+    if (launched_ < 0) throw std::logic_error("sample: no step was launched");
+    const int m = launched_;
+    launched_ = -1;
+    if (m == 0) return;
+    pack_.pack(rows, m, kSampleTop, kMaxEdits, kMaskWords);
+    backend::to_device(samp_f_, pack_.fparams.data(), sizeof(float) * pack_.fparams.size());
+    backend::to_device(samp_i_, pack_.iparams.data(), sizeof(int32_t) * pack_.iparams.size());
+    if (!pack_.edit_ids.empty()) {
+      backend::to_device(edit_ids_, pack_.edit_ids.data(), sizeof(int32_t) * pack_.edit_ids.size());
+      backend::to_device(edit_vals_, pack_.edit_vals.data(), sizeof(float) * pack_.edit_vals.size());
+    }
+    if (!pack_.masks.empty())
+      backend::to_device(masks_, pack_.masks.data(), sizeof(int32_t) * pack_.masks.size());
+    graphs_.run(kSampleGraph | uint64_t(m), [&] {
+      sampler_v64_r1_e64_t20(logits_, samp_f_, samp_i_, edit_ids_, edit_vals_, masks_, out_ids_, out_lp_, m);
+    });
+    stage_ids_.resize(size_t(m) * (kSampleTop + 1));
+    stage_lp_.resize(size_t(m) * (kSampleTop + 1));
+    backend::to_host(stage_ids_.data(), out_ids_, sizeof(int32_t) * stage_ids_.size());
+    backend::to_host(stage_lp_.data(), out_lp_, sizeof(float) * stage_lp_.size());
+    backend::synchronize();
+    SamplePack::unpack(rows, m, kSampleTop, stage_ids_.data(), stage_lp_.data(), out);
+  }
+
+  size_t graphs_captured() const { return graphs_.captured(); }
+
+ private:
+  // Stages and runs one step; its logits stay in logits_ (not waited for).
+  void run(const StepBatch& b) {
     check(b);
     // With CUDA graphs the rows are padded to a bucket (one graph per bucket x logits
     // rows); padding rows are token 0 at position 0 of slot 0 and store their key/value
@@ -141,13 +206,8 @@ class GeneratedModel final : public Model {
                        sizeof(int32_t) * size_t(kMaxConcurrency) * kBlocksPerSeq);
     if (m > 0) backend::to_device(logit_rows_, b.logit_rows, sizeof(int32_t) * m);
     graphs_.run((uint64_t(n) << 16) | uint64_t(m), [&] { kernels(n, m); });
-    if (m > 0) backend::to_host(logits, logits_, sizeof(float) * size_t(m) * kVocab);
-    backend::synchronize();
   }
 
-  size_t graphs_captured() const { return graphs_.captured(); }
-
- private:
   static int bucket(int n) {
     int b = 1;
     while (b < n) b *= 2;
@@ -245,6 +305,12 @@ class GeneratedModel final : public Model {
   int32_t *tokens_, *pos_, *seq_, *kv_rows_, *logit_rows_, *block_tables_;
   float *last_, *last_norm_, *logits_;
   std::vector<int32_t> stage_tokens_, stage_pos_, stage_seq_, stage_kv_rows_;
+  float *samp_f_, *edit_vals_, *out_lp_;
+  int32_t *samp_i_, *edit_ids_, *masks_, *out_ids_;
+  SamplePack pack_;
+  std::vector<float> stage_lp_;
+  std::vector<int32_t> stage_ids_;
+  int launched_ = -1;  // logits rows of the step launch() started, -1: none
   backend::StepGraphs graphs_;
 };
 

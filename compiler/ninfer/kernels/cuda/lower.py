@@ -8,8 +8,9 @@ dimensions, the dynamic shared memory size and any scratch buffers the host must
 allocate. Sizes are typed expressions over the spec's symbolic sizes (`n`), built from
 the host code's TIR (module.py, ninfer.kernels.launch).
 
-Paged attention, KV-cache stores (attention.py, templates/cuda/paged_attention.cu.j2)
-and group-quantized matmuls (qmatmul.py) are hand-written CUDA: their source is
+Paged attention, KV-cache stores (attention.py, templates/cuda/paged_attention.cu.j2),
+group-quantized matmuls (qmatmul.py) and the device sampler (sampler.py, over a scratch
+row per logits row) are hand-written CUDA: their source is
 appended to the same translation unit and their launches are described the same way
 (parameters in spec.signature() order, then `n`; attention split over its keys is two
 launches, which add their scratch and the `splits` expression).
@@ -39,10 +40,11 @@ from ..spec import (
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
+    SamplerSpec,
     SiluMulSpec,
 )
 from ..te_defs import te_primfunc
-from . import attention, qmatmul
+from . import attention, qmatmul, sampler
 from . import schedules as cs
 from .module import CudaLaunch, CudaModule, CudaParam, HostAlloc
 
@@ -102,7 +104,8 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
     hand_written = [spec for spec in specs if _hand_written(spec)]
     source = module.source
     for extra in (attention.render_source(hand_written, params),
-                  qmatmul.render_source(hand_written, params)):
+                  qmatmul.render_source(hand_written, params),
+                  sampler.render_source(hand_written, params)):
         if extra:
             source += "\n" + extra
     launches = module.launches + [launch for spec in hand_written
@@ -113,7 +116,8 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
 
 
 def _hand_written(spec: KernelSpec) -> bool:
-    return attention.is_hand_written(spec) or qmatmul.is_quantized_matmul(spec)
+    return (attention.is_hand_written(spec) or qmatmul.is_quantized_matmul(spec)
+            or sampler.is_sampler(spec))
 
 
 # Element types of hand-written kernels' tensors: 16-bit floats travel as their bits.
@@ -130,6 +134,12 @@ def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[Cuda
         for arg in spec.signature()
     ]
     size = CudaParam("n", "size", "int64_t")
+    if isinstance(spec, SamplerSpec):
+        grid, threads = sampler.launch_shape(spec, params)
+        work = HostAlloc(sampler.work_name(spec), "float32", Mul((N, Const(spec.vocab))))
+        return [CudaLaunch(spec.name(), sampler.kernel_symbol(spec),
+                           [*args, CudaParam(work.name, "scratch", "float*"), size], grid,
+                           (threads, 1, 1), ZERO, [work])]
     if isinstance(spec, MatmulSpec):
         grid, threads = qmatmul.launch_shape(spec, params)
         return [CudaLaunch(spec.name(), qmatmul.kernel_symbol(spec), [*args, size], grid,
