@@ -36,7 +36,7 @@ def _tool(name: str) -> str:
 def build(*targets: str) -> Path:
     """Configure build/native if needed, build `targets`; returns the tests' output dir."""
     BUILD.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "CCACHE_BASEDIR": str(ROOT)}
+    env = dict(os.environ)  # absolute paths: ccache hits across build dirs (ninfer/build.py)
     with open(BUILD / ".lock", "w") as lock:  # one configure/build at a time
         fcntl.flock(lock, fcntl.LOCK_EX)
         for target in targets:

@@ -162,7 +162,8 @@ def test_serving_benchmark_runs(qwen3_model, tmp_path):
     assert res["fairness"]["solo_tps"] > 0
     assert [s["concurrency"] for s in res["scaling"]] == [1, 2]
     one, two = res["scaling"]
-    assert all(s["server_tps"] > 0 and s["aggregate_tps"] > 0 for s in (one, two))
+    assert all(s["server_tps"] is not None and s["server_tps"] > 0 and s["aggregate_tps"] > 0
+               for s in (one, two)), res
     # with one round, each level's ratio is its rate over the single stream's, streamed and
     # server-timed alike (level 1's is 1 by definition)
     assert two["ratio"] == pytest.approx(two["aggregate_tps"] / one["aggregate_tps"])

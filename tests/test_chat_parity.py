@@ -144,6 +144,31 @@ def test_server_prompt_token_ids_match_apply_chat_template(ext, monkeypatch, tmp
                 continue
             assert r.status_code == 200, r.text
             assert r.json()["prompt_token_ids"] == want
+        # continue_final_message: the prompt ends inside the last assistant message, with
+        # no end of turn after it, as transformers renders it (Qwen3's history rewriting
+        # and thinking on and off included).
+        for ctx in ({"messages": [{"role": "user", "content": "Name a prime."},
+                                  {"role": "assistant", "content": "Sure: the first is"}]},
+                    {"messages": [{"role": "system", "content": "Be brief."},
+                                  {"role": "user", "content": "2+2?"},
+                                  {"role": "assistant", "content": "It is"}],
+                     "enable_thinking": False},
+                    {"messages": [{"role": "user", "content": "Hi"},
+                                  {"role": "assistant", "content": "Hello"},
+                                  {"role": "user", "content": "Count to three."},
+                                  {"role": "assistant", "content": "One, two,"}],
+                     "enable_thinking": True}):
+            body = {"messages": ctx["messages"], "max_tokens": 1, "return_token_ids": True,
+                    "continue_final_message": True, "add_generation_prompt": False}
+            if "enable_thinking" in ctx:
+                body["chat_template_kwargs"] = {"enable_thinking": ctx["enable_thinking"]}
+            r = srv.client.post("/v1/chat/completions", json=body)
+            want, err = hf_ids(tok, source, {**ctx, "add_generation_prompt": False,
+                                             "continue_final_message": True})
+            assert want is not None, err
+            assert r.status_code == 200, r.text
+            assert r.json()["prompt_token_ids"] == want
+            assert tok.decode(want).endswith(ctx["messages"][-1]["content"])
 
 
 def test_server_uses_the_tool_use_template_when_tools_are_given(ext, monkeypatch, tmp_path):

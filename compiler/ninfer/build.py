@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ninfer.paths import ROOT
-
 
 class BuildError(RuntimeError):
     """The C++ build failed; the message carries the tail of the compiler output."""
@@ -27,8 +25,11 @@ def _tool(name: str) -> str:
 def cmake_build(src_dir: Path, build_dir: Path, jobs: int | None = None,
                 log: Path | None = None) -> None:
     build_dir.mkdir(parents=True, exist_ok=True)
-    # Paths under the repository hash as relative paths, so ccache hits across checkouts.
-    env = {**os.environ, "CCACHE_BASEDIR": str(ROOT)}
+    # No CCACHE_BASEDIR: with absolute paths the runtime's objects hash the same in every
+    # build directory of a checkout (relative ones differ with the directory's depth), so
+    # the runtime compiles once for all models and the native tests (same flags: Release,
+    # PIC, as the top-level CMakeLists.txt sets them).
+    env = dict(os.environ)
     configure = [_tool("cmake"), "-S", str(src_dir), "-B", str(build_dir), "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", f"-DPython_EXECUTABLE={sys.executable}",
                  "-DCMAKE_BUILD_TYPE=Release"]

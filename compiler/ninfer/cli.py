@@ -81,7 +81,13 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
     """Compile a checkpoint for a target into a standalone ninfer-server."""
     from ninfer.options import CompileOptions
     from ninfer.pipeline import compile_model
+    from ninfer.targets import load_target
 
+    try:  # a bad target fails at once, before the demo model is trained
+        load_target(target)
+    except (ValueError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        sys.exit(1)
     if model_dir is None:
         from ninfer.demo.checkpoint import is_cached, write_demo_checkpoint
 

@@ -9,7 +9,9 @@ provides `__TVMBackendParallelLaunch` (thread pool) and `__TVMBackendAllocWorksp
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -98,22 +100,42 @@ def build_cpu_object(specs: Iterable[KernelSpec], out_path: Path) -> Path:
 
 def cached_cpu_object(specs: Sequence[KernelSpec], target: Target, cache: Path, dest: Path
                       ) -> Path:
-    """Every kernel of `specs` in one object at `dest`, cached under `cache` by the target,
-    the spec names and the sources of the kernels and of the formats they read."""
-    digest = hashlib.sha256()
-    digest.update(target.stable_hash().encode())
-    for name in sorted(s.name() for s in specs):
-        digest.update(name.encode())
+    """Every kernel of `specs` in one object at `dest`. Each kernel is compiled on its own
+    and cached under `cache` by the target, its name and the sources of the kernels and of
+    the formats they read, so builds that share kernels (another KV format, other serve
+    limits) compile only the kernels they add; the objects are then joined with `ld -r`
+    (their only common symbols are TVM's weak helpers)."""
+    sources = hashlib.sha256()
+    sources.update(target.stable_hash().encode())
     package = Path(__file__).resolve().parents[2]  # compiler/ninfer
     for src in sorted(p for d in ("kernels", "quantize") for p in (package / d).rglob("*.py")):
-        digest.update(str(src.relative_to(package)).encode())
-        digest.update(src.read_bytes())
-    cached = cache / f"{digest.hexdigest()[:24]}.o"
-    if not cached.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp.o")
-        build_cpu_object(specs, tmp)
-        tmp.replace(cached)
-    if not dest.exists() or dest.read_bytes() != cached.read_bytes():
-        shutil.copyfile(cached, dest)
+        sources.update(str(src.relative_to(package)).encode())
+        sources.update(src.read_bytes())
+    unique = {s.name(): s for s in specs}
+    if not unique:
+        raise ValueError("no kernel specs given; pass at least one spec")
+    cache.mkdir(parents=True, exist_ok=True)
+    objects = []
+    for name in sorted(unique):
+        digest = sources.copy()
+        digest.update(name.encode())
+        cached = cache / f"{name[:64]}-{digest.hexdigest()[:16]}.o"
+        if not cached.exists():
+            tmp = cached.with_suffix(f".tmp{os.getpid()}.o")
+            build_cpu_object([unique[name]], tmp)
+            tmp.replace(cached)
+        objects.append(str(cached))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dest = dest.with_suffix(f".tmp{os.getpid()}.o")
+    ld = shutil.which("ld")
+    if ld is None:
+        raise RuntimeError("'ld' (binutils) is needed to join the kernel objects")
+    proc = subprocess.run([ld, "-r", "-o", str(tmp_dest), *objects], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"joining the kernel objects failed: {proc.stderr.strip()}")
+    if dest.exists() and dest.read_bytes() == tmp_dest.read_bytes():
+        tmp_dest.unlink()  # unchanged: keep its time stamp (no relink)
+    else:
+        tmp_dest.replace(dest)
     return dest
