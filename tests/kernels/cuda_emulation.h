@@ -4,11 +4,12 @@
 //
 // Every CUDA thread of a block is a coroutine on one OS thread (started with ucontext,
 // switched with _setjmp/_longjmp, which do not save the signal mask: no system call per
-// switch), switched round-robin at synchronization points; blocks run one after another, so a `__shared__`
-// array can be a function-local static. __syncthreads() is a barrier over the block and
+// switch), switched round-robin at synchronization points; blocks run one after another, so a
+// `__shared__` array can be a function-local static. __syncthreads() is a barrier over the block
+// and
 // __shfl_xor_sync and __ballot_sync a two-phase exchange through a barrier over the 32
-// threads of a warp (all lanes must take part, as the full mask promises). A launch whose threads all wait
-// with none able to proceed (a missing arrival) aborts.
+// threads of a warp (all lanes must take part, as the full mask promises). A launch whose threads
+// all wait with none able to proceed (a missing arrival) aborts.
 #pragma once
 
 #include <setjmp.h>
@@ -87,7 +88,7 @@ inline unsigned current = 0;
 inline const std::function<void()>* kernel_body = nullptr;
 inline Barrier block_barrier;
 inline std::vector<Barrier> warp_barriers;
-inline std::vector<float> warp_slots;  // 32 per warp
+inline std::vector<float> warp_slots;     // 32 per warp
 inline std::vector<unsigned> warp_votes;  // 32 per warp (__ballot_sync)
 inline bool progressed = false;
 
