@@ -11,4 +11,7 @@ git ls-files -z 'runtime_cpp/*.h' 'runtime_cpp/*.cpp' 'tests/native/*.h' 'tests/
 .venv/bin/mypy
 .venv/bin/lint-imports  # the pipeline's import layers (pyproject [tool.importlinter])
 export TVM_NUM_THREADS=${TVM_NUM_THREADS:-2}
-exec .venv/bin/pytest "$@"
+# Two workers, whole files each (a file's module fixtures stay in one worker; the shared
+# test models are built once under a lock: tests/conftest.py). NINFER_TEST_WORKERS=0 runs
+# the suite in one process.
+exec .venv/bin/pytest -n "${NINFER_TEST_WORKERS:-2}" --dist loadfile "$@"

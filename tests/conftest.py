@@ -1,15 +1,21 @@
-"""Session fixtures: tiny checkpoints built with transformers, compiled once per session.
+"""Session fixtures: tiny checkpoints built with transformers, compiled once.
 
-Each model is compiled into build/test-models/<name>-cpu; the kernel object cache and
-ccache make a second session cheap, and a fresh checkout (CI) builds them once.
+Each model is compiled into build/test-models/<name>-cpu (`compile_once`): under a lock,
+so that the test workers of one run (scripts/test.sh runs pytest-xdist) build it once and
+the others wait for it, and skipped when the directory holds a build of the same options,
+checkpoint and compiler/runtime sources. The kernel object cache and ccache make any
+rebuild cheap, and a fresh checkout (CI) builds each model once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import inspect
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -137,16 +143,63 @@ def _cached(ckpt: Path, generator: str) -> dict[str, Any] | None:
     return facts if facts.get("generator") == generator else None
 
 
+@contextmanager
+def locked(name: str) -> Iterator[None]:
+    """One holder at a time of `name` across the test workers (and concurrent runs)."""
+    TEST_MODELS.mkdir(parents=True, exist_ok=True)
+    with open(TEST_MODELS / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+_SOURCES: list[str] = []
+
+
+def _sources_digest() -> str:
+    """What a compile reads besides its checkpoint and options: the compiler package, the
+    templates, the runtime and the target profiles."""
+    if not _SOURCES:
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256()
+        for base in ("compiler/ninfer", "templates", "runtime_cpp", "targets"):
+            for f in sorted((root / base).rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc":
+                    h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+        _SOURCES.append(h.hexdigest())
+    return _SOURCES[0]
+
+
+def compile_once(opts: Any) -> None:
+    """compile_model(opts), unless opts.out_dir already holds the build of these options,
+    checkpoint and sources (made by another worker of this run, or an earlier run)."""
+    from ninfer.pipeline import compile_model
+
+    out = Path(opts.out_dir)
+    stamp = out / "ninfer-test-build.json"
+    made_by = Path(opts.model_dir) / "ninfer-test.json"
+    key = hashlib.sha256("\0".join((
+        repr(opts), made_by.read_text() if made_by.exists() else "",
+        _sources_digest())).encode()).hexdigest()
+    with locked(out.name):
+        if (stamp.exists() and json.loads(stamp.read_text()).get("key") == key
+                and (out / "ninfer-server").exists()):
+            return
+        stamp.unlink(missing_ok=True)
+        compile_model(opts)
+        stamp.write_text(json.dumps({"key": key}))
+
+
 def compiled(name: str) -> CompiledModel:
-    from ninfer.pipeline import CompileOptions, compile_model
+    from ninfer.pipeline import CompileOptions
 
     ckpt = TEST_MODELS / f"{name}-checkpoint"
     generator = generator_digest(_make_checkpoint, name)
-    facts = _cached(ckpt, generator)
-    if facts is None:
-        shutil.rmtree(ckpt, ignore_errors=True)
-        facts = {"eos_token_ids": _make_checkpoint(name, ckpt), "generator": generator}
-        (ckpt / "ninfer-test.json").write_text(json.dumps(facts))
+    with locked(ckpt.name):
+        facts = _cached(ckpt, generator)
+        if facts is None:
+            shutil.rmtree(ckpt, ignore_errors=True)
+            facts = {"eos_token_ids": _make_checkpoint(name, ckpt), "generator": generator}
+            (ckpt / "ninfer-test.json").write_text(json.dumps(facts))
     eos = facts["eos_token_ids"]
     out = TEST_MODELS / f"{name}-cpu"
     # An f32 KV cache (the default is f16): these builds are checked against transformers
@@ -154,9 +207,9 @@ def compiled(name: str) -> CompiledModel:
     # and test_quantized's kv:f16 build. The weights keep the default (--weights auto):
     # the llama (bf16) and qwen2 (f16) checkpoints are served in their own dtype, which
     # holds their values exactly (test_parity checks the format and the logits).
-    compile_model(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out, model_id=name,
-                                 max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
-                                 kv_dtype="f32"))
+    compile_once(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out, model_id=name,
+                                max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
+                                kv_dtype="f32"))
     return CompiledModel(name, ckpt, out, eos)
 
 
@@ -211,10 +264,12 @@ def trained_checkpoint(qwen3_model: CompiledModel) -> Path:
     ckpt = TEST_MODELS / "qwen3-trained-checkpoint"
     base = json.loads((qwen3_model.checkpoint / "ninfer-test.json").read_text())["generator"]
     generator = generator_digest(_train, TRAIN_STEPS, base)
-    if _cached(ckpt, generator) is None:
-        _train(qwen3_model.checkpoint, ckpt)
-        (ckpt / "ninfer-test.json").write_text(json.dumps(
-            {"base": qwen3_model.checkpoint.name, "steps": TRAIN_STEPS, "generator": generator}))
+    with locked(ckpt.name):
+        if _cached(ckpt, generator) is None:
+            _train(qwen3_model.checkpoint, ckpt)
+            (ckpt / "ninfer-test.json").write_text(json.dumps(
+                {"base": qwen3_model.checkpoint.name, "steps": TRAIN_STEPS,
+                 "generator": generator}))
     return ckpt
 
 
@@ -252,11 +307,22 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 def qwen3_yarn_model(qwen3_model: CompiledModel) -> CompiledModel:
     """qwen3-tiny's weights with YaRN rope scaling (Qwen3's long-context setting, here 4x
     over 64 original positions, so the compiled context of MAX_CONTEXT runs past them)."""
-    from ninfer.pipeline import CompileOptions, compile_model
+    from ninfer.pipeline import CompileOptions
 
     ckpt = TEST_MODELS / "qwen3-yarn-tiny-checkpoint"
     base = json.loads((qwen3_model.checkpoint / "ninfer-test.json").read_text())
     generator = generator_digest(YARN, base["generator"])
+    with locked(ckpt.name):
+        _yarn_checkpoint(qwen3_model, ckpt, base, generator)
+    out = TEST_MODELS / "qwen3-yarn-tiny-cpu"
+    compile_once(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out,
+                                model_id="qwen3-yarn-tiny", max_context=MAX_CONTEXT,
+                                prefill_chunk=PREFILL_CHUNK, kv_dtype="f32"))
+    return CompiledModel("qwen3-yarn-tiny", ckpt, out, base["eos_token_ids"])
+
+
+def _yarn_checkpoint(qwen3_model: CompiledModel, ckpt: Path, base: dict[str, Any],
+                     generator: str) -> None:
     if _cached(ckpt, generator) is None:
         shutil.rmtree(ckpt, ignore_errors=True)
         shutil.copytree(qwen3_model.checkpoint, ckpt,
@@ -267,8 +333,3 @@ def qwen3_yarn_model(qwen3_model: CompiledModel) -> CompiledModel:
         config["rope_theta"] = 1e6
         (ckpt / "config.json").write_text(json.dumps(config, indent=2))
         (ckpt / "ninfer-test.json").write_text(json.dumps({**base, "generator": generator}))
-    out = TEST_MODELS / "qwen3-yarn-tiny-cpu"
-    compile_model(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out,
-                                 model_id="qwen3-yarn-tiny", max_context=MAX_CONTEXT,
-                                 prefill_chunk=PREFILL_CHUNK, kv_dtype="f32"))
-    return CompiledModel("qwen3-yarn-tiny", ckpt, out, base["eos_token_ids"])
