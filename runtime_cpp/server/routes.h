@@ -42,6 +42,9 @@ enum class ErrorShape { kOpenAI, kAnthropic };
 
 // Wraps a handler: an ApiError becomes its status and error body, any other exception a
 // 500 with the exception's message.
+// Sends `body` as the JSON response with `status` (invalid UTF-8 replaced).
+void send_json(httplib::Response& res, int status, const nlohmann::json& body);
+
 httplib::Server::Handler guarded(HttpHandler fn, ErrorShape shape = ErrorShape::kOpenAI);
 
 // httplib's error handler: an empty 404 (no route) gets an error body.
