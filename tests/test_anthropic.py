@@ -302,21 +302,10 @@ def test_tool_schema_order_reaches_the_prompt(tmp_path: Any,
     """Through the server: /v1/messages renders the same prompt as the chat endpoint given
     the same tools in the same order (the fake model's output follows its whole prompt),
     under the official Qwen3 template, which writes each tool with tojson."""
-    import real_world
-    from chat_suite import FAKE_TEMPLATE
-    from ninfer.artifact import write_artifact
-    from ninfer.frontend.chat_template import ChatTemplate, manifest_entry
     from ninfer.runtime import Server
+    from test_fake_server import tool_use_artifact
 
-    real_world.models_dir()
-    binary = native_build.build("fake_server") / "fake-server" / "ninfer-server"
-    qwen3 = real_world.corpus_templates()["Qwen-Qwen3-0.6B"]
-    entry = manifest_entry((ChatTemplate("default", FAKE_TEMPLATE),
-                            ChatTemplate("tool_use", qwen3)), {})
-    artifact = tmp_path / "model.ninfer"
-    write_artifact(artifact, {**MANIFEST, "chat_template": entry}, [])
-    monkeypatch.setenv("NINFER_FAKE_MAX_CONTEXT", "1024")
-    monkeypatch.delenv("NINFER_FAKE_GATE", raising=False)
+    binary, artifact, _ = tool_use_artifact(tmp_path, monkeypatch)
     msgs = [{"role": "user", "content": "what is the weather"}]
 
     def openai_tools(schema: dict[str, Any]) -> list[dict[str, Any]]:

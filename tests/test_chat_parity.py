@@ -175,21 +175,12 @@ def test_server_uses_the_tool_use_template_when_tools_are_given(ext, monkeypatch
     """A checkpoint's named templates: "tool_use" renders requests with tools (as
     transformers' get_chat_template and vLLM pick it), "default" the others."""
     from chat_suite import FAKE_TEMPLATE
-    from ninfer.artifact import write_artifact
     from ninfer.frontend.chat_template import render
     from ninfer.runtime import Server
-    from test_fake_server import MANIFEST
+    from test_fake_server import MANIFEST, tool_use_artifact
 
-    real_world.models_dir()
-    binary = native_build.build("fake_server") / "fake-server" / "ninfer-server"
-    qwen3 = real_world.corpus_templates()["Qwen-Qwen3-0.6B"]
-    entry = manifest_entry((ChatTemplate("default", FAKE_TEMPLATE),
-                            ChatTemplate("tool_use", qwen3)), {})
-    artifact = tmp_path / "model.ninfer"
-    write_artifact(artifact, {**MANIFEST, "chat_template": entry}, [])
+    binary, artifact, qwen3 = tool_use_artifact(tmp_path, monkeypatch)
     letters = ext.Tokenizer(json.dumps(MANIFEST["tokenizer"]))
-    monkeypatch.setenv("NINFER_FAKE_MAX_CONTEXT", "1024")
-    monkeypatch.delenv("NINFER_FAKE_GATE", raising=False)
     msgs = [{"role": "user", "content": "what is the weather"}]
     tools = [{"type": "function", "function": {"name": "weather", "parameters": {}}}]
     with Server(binary, extra_args=("--artifact", str(artifact)), startup_timeout=60) as srv:

@@ -30,7 +30,8 @@ def gpu_build(request, qwen3_model):
     out = TEST_MODELS / f"qwen3-tiny-{request.param}"
     result = compile_model(CompileOptions(
         model_dir=qwen3_model.checkpoint, target=request.param, out_dir=out,
-        model_id="qwen3-tiny", max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK))
+        model_id="qwen3-tiny", max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
+        python_module=False))
     return request.param, result
 
 
@@ -140,6 +141,7 @@ def test_coop_prefill_projections_are_routed_and_verified(qwen3_model):
     result = compile_model(CompileOptions(
         model_dir=qwen3_model.checkpoint, target="rtx4080s", out_dir=out,
         model_id="qwen3-tiny", max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
+        python_module=False,
         prefill_projections="coop"))
     rows = [r for r in result.report.to_json()["launches"] if r["kernel"].startswith("coop_")]
     assert rows, "no cooperative launches in the report"
@@ -165,7 +167,7 @@ def test_16bit_weights_and_kv_build_for_cuda(qwen3_model):
     out = TEST_MODELS / "qwen3-tiny-h200-bf16"
     result = compile_model(CompileOptions(
         model_dir=qwen3_model.checkpoint, target="h200", out_dir=out, model_id="qwen3-tiny",
-        max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK, weights="bf16",
+        max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK, python_module=False, weights="bf16",
         weight_overrides=(("lm_head", "f16"),), kv_dtype="f16"))
     report = result.report.to_json()
     assert set(report["plan"]["weights"].values()) == {"bf16", "f16"}
@@ -192,7 +194,7 @@ def test_quantized_weights_build_for_cuda(qwen3_model):
     out = TEST_MODELS / "qwen3-tiny-rtx4080s-q4g64"
     result = compile_model(CompileOptions(
         model_dir=qwen3_model.checkpoint, target="rtx4080s", out_dir=out, model_id="qwen3-tiny",
-        max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK, weights="q4g64",
+        max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK, python_module=False, weights="q4g64",
         weight_overrides=(("lm_head", "q8g32"),)))
     report = result.report.to_json()
     matmuls = {row["kernel"] for row in report["launches"] if row["kernel"].startswith("matmul_")}

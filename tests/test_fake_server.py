@@ -49,6 +49,26 @@ MANIFEST = {
 }
 
 
+def tool_use_artifact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, str]:
+    """The fake server's binary, an artifact whose "default" template is FAKE_TEMPLATE and
+    whose "tool_use" one is the official Qwen3 template (from the cached corpus; a request
+    with tools renders with it, as transformers' get_chat_template and vLLM pick it), and
+    that template's source. The environment gives 1024 tokens of context and no step gate."""
+    import real_world
+    from ninfer.artifact import write_artifact
+
+    real_world.models_dir()
+    binary = native_build.build("fake_server") / "fake-server" / "ninfer-server"
+    qwen3 = real_world.corpus_templates()["Qwen-Qwen3-0.6B"]
+    entry = manifest_entry((ChatTemplate("default", FAKE_TEMPLATE),
+                            ChatTemplate("tool_use", qwen3)), {})
+    artifact = tmp_path / "model.ninfer"
+    write_artifact(artifact, {**MANIFEST, "chat_template": entry}, [])
+    monkeypatch.setenv("NINFER_FAKE_MAX_CONTEXT", "1024")
+    monkeypatch.delenv("NINFER_FAKE_GATE", raising=False)
+    return binary, artifact, qwen3
+
+
 @pytest.fixture(scope="session")
 def fake_server() -> Path:
     from ninfer.artifact import write_artifact
@@ -474,6 +494,25 @@ def test_sigterm_ends_requests_with_503_and_exits_cleanly(
         assert srv.proc.wait(HANG) == 0
     finally:
         gate.open()
+        srv.stop()
+
+
+def test_sigterm_does_not_wait_for_idle_kept_alive_clients(fake_server: Path) -> None:
+    """A client that keeps its connection open after its answer (as the openai client's
+    pool does) does not hold the exit: the server ends the idle connection at once, not
+    after cpp-httplib's 5-s keep-alive timeout."""
+    from ninfer.runtime import Server
+
+    srv = Server(fake_server, startup_timeout=HANG).start()
+    try:
+        with httpx.Client(base_url=srv.base_url) as client:
+            r = client.post("/v1/completions", json={"prompt": "ab", "max_tokens": 2})
+            assert r.status_code == 200, r.text
+            srv.proc.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            assert srv.proc.wait(HANG) == 0
+            assert time.monotonic() - t0 < 4.0  # the keep-alive timeout is 5 s
+    finally:
         srv.stop()
 
 

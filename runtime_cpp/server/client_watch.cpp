@@ -47,6 +47,19 @@ int find_connection_socket(const std::string& remote_addr, int remote_port,
   return found;
 }
 
+void end_kept_alive_connections() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const int fd = std::atoi(e->d_name);
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) shutdown(fd, SHUT_RD);
+  }
+  closedir(dir);
+}
+
 bool socket_closed(int fd) {
   pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
   if (poll(&p, 1, 0) <= 0) return false;

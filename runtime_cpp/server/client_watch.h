@@ -29,6 +29,11 @@ int find_connection_socket(const std::string& remote_addr, int remote_port,
 // True when the peer closed (or reset) the connection; data waiting to be read (a
 // pipelined request) counts as alive.
 bool socket_closed(int fd);
+// At shutdown, once every request is answered: ends the reading side of every connected
+// socket of this process, so that the HTTP threads waiting on kept-alive connections
+// return at once instead of after the keep-alive timeout (cpp-httplib 0.11 checks for a
+// stop only between requests). Responses still being written are not cut.
+void end_kept_alive_connections();
 
 constexpr int kPollMs = 50;  // how often a waiting handler checks its client
 

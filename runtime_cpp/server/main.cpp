@@ -24,6 +24,7 @@
 #include "observe/metrics.h"
 #include "observe/request_log.h"
 #include "server/chat_prompt.h"
+#include "server/client_watch.h"
 #include "server/options.h"
 #include "server/routes.h"
 #include "server/sampling_params.h"
@@ -140,7 +141,6 @@ int run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const Options opt = parse_options(argc, argv);
   if (!opt.render_chat_template.empty()) return render_chat_template_file(opt.render_chat_template);
-  if (!opt.render_chat_template.empty()) return render_chat_template_file(opt.render_chat_template);
   const ModelInfo& compiled = compiled_model_info();
   const EngineOptions eo = resolve(opt, compiled);
   std::unique_ptr<RequestLog> request_log;
@@ -190,6 +190,7 @@ int run(int argc, char** argv) {
     for (int waited_ms = 0; routes && routes->in_flight > 0 && waited_ms < 30000; waited_ms += 5)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     http.stop();
+    end_kept_alive_connections();  // idle clients would hold the exit for 5 s
   });
   auto stop_threads = [&] {
     listener.join();

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tvm
 
-from ninfer.kernels import MatmulSpec, build_cpu_module, build_cpu_object, reference
+from ninfer.kernels import MatmulSpec, build_cpu_module, reference
 from ninfer.quantize import weight_formats as quant
 
 pytestmark = pytest.mark.unit
@@ -292,13 +292,17 @@ def test_names_are_unique_c_identifiers() -> None:
 ALLOWED_UNDEFINED = {"TVMFFIErrorSetRaisedFromCStrParts", "memcpy", "memset"}
 
 
-def test_object_exports_every_format(tmp_path: Path) -> None:
-    specs = [MatmulSpec(256, 37, bias, sched, fmt)
-             for fmt in FORMATS for sched in ("gemv", "gemm") for bias in (False, True)]
-    obj = build_cpu_object(specs, tmp_path / "q.o")
+def test_object_exports_every_format(kernels: tvm.runtime.Executable, tmp_path: Path) -> None:
+    # the object the model build links, written from the module the tests above ran:
+    # every format, both schedules, with and without bias (CASES)
+    obj = tmp_path / "q.o"
+    kernels.mod.write_to_file(str(obj))
     symbols = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True)
     undefined = {line.split()[1] for line in symbols.stdout.splitlines()
                  if len(line.split()) == 2 and line.split()[0] == "U"}
+    specs = {spec for spec, _ in CASES}
+    assert {(s.wdtype, s.schedule, s.bias) for s in specs} == {
+        (f, sched, b) for f in FORMATS for sched in ("gemv", "gemm") for b in (False, True)}
     for spec in specs:
         assert f"__tvm_ffi_{spec.name()}" in symbols.stdout
     assert undefined <= ALLOWED_UNDEFINED, f"unexpected undefined: {undefined - ALLOWED_UNDEFINED}"
