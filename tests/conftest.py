@@ -182,7 +182,7 @@ def compile_once(opts: Any) -> None:
         _sources_digest())).encode()).hexdigest()
     with locked(out.name):
         if (stamp.exists() and json.loads(stamp.read_text()).get("key") == key
-                and (out / "ninfer-server").exists()):
+                and ((out / "ninfer-server").exists() or not opts.build)):
             return
         stamp.unlink(missing_ok=True)
         compile_model(opts)

@@ -50,6 +50,17 @@ def test_compile_errors_are_clear(tmp_path, args, message):
 
 
 @pytest.mark.e2e
+def test_no_build_stops_after_sources_proofs_and_artifact(tmp_path):
+    out = tmp_path / "out"
+    r = run("-m", "ninfer.cli", "-o", str(out), "--max-context", "512", "--no-build")
+    assert r.returncode == 0, r.stderr
+    assert (out / "src" / "CMakeLists.txt").exists() and (out / "model.ninfer").exists()
+    assert (out / "compile_report.json").exists()
+    assert not (out / "ninfer-server").exists() and not (out / "cmake-build").exists()
+    assert "not built" in r.stderr and "--no-build: sources in src/" in r.stderr
+
+
+@pytest.mark.e2e
 def test_default_compile_then_chat_prints_reply_and_timings():
     """The quickstart's main job, through the same entry points the README uses."""
     out = TEST_MODELS / "demo-cpu"

@@ -45,7 +45,7 @@ def gpu_model(request):
     from ninfer.pipeline import CompileOptions, compile_model
 
     qwen3_model = request.getfixturevalue("qwen3_model")
-    out = TEST_MODELS / f"qwen3-tiny-{target}"
+    out = TEST_MODELS / f"qwen3-tiny-{target}-gpu"  # f32 KV: not test_cuda_build's
     compile_model(CompileOptions(model_dir=qwen3_model.checkpoint, target=target, out_dir=out,
                                  model_id="qwen3-tiny", max_context=MAX_CONTEXT,
                                  prefill_chunk=PREFILL_CHUNK, kv_dtype="f32"))

@@ -56,6 +56,9 @@ console = Console(stderr=True)
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
+@click.option("--no-build", is_flag=True,
+              help="Stop after the sources, launch proofs and artifact (build src/ with cmake "
+                   "later).")
 @click.option("--dump", "dump_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Write each stage's output here as it finishes (graph, plan, kernel and "
                    "launch tables, generated code, report).")
@@ -76,7 +79,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
          kv_capacity: str,
          weights: str, weight_overrides: tuple[str, ...], kv_dtype: str,
          memory_gib: float | None,
-         no_python_module: bool, dump_dir: Path | None, prefill_projections: str,
+         no_python_module: bool, no_build: bool, dump_dir: Path | None,
+         prefill_projections: str,
          chat_template: Path | None, explain: bool) -> None:
     """Compile a checkpoint for a target into a standalone ninfer-server."""
     from ninfer.options import CompileOptions
@@ -121,7 +125,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                               kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
                               weights=weights, weight_overrides=tuple(overrides),
                               kv_dtype=kv_dtype, memory_gib=memory_gib,
-                              python_module=not no_python_module, dump_dir=dump_dir,
+                              python_module=not no_python_module, build=not no_build,
+                              dump_dir=dump_dir,
                               prefill_projections=prefill_projections,
                               chat_template=chat_template)
         with console.status("compiling") as status:
@@ -147,7 +152,10 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                   f"{kv.block_size} ({kv.dtype}, {kv.bytes_per_token} B per token)")
     console.print("  memory left after weights, activations and workspace holds: " + ", ".join(
         f"{fmt} {tokens}" for fmt, _, tokens in kv.memory_tokens) + " tokens")
-    console.print(f"[green]built[/green] {result.server}")
+    if no_build:
+        console.print(f"[green]generated[/green] {result.out_dir / 'src'} (not built)")
+    else:
+        console.print(f"[green]built[/green] {result.server}")
     print(result.out_dir)
 
 

@@ -57,6 +57,10 @@ class CompileOptions:
     kv_dtype: str = "f16"  # KV-cache format (ninfer.quantize.kv_formats)
     memory_gib: float | None = None
     python_module: bool = True
+    # False (--no-build): stop once the sources, the launch proofs and the artifact are
+    # written; build them later with cmake (src/CMakeLists.txt). The chat-template check,
+    # which runs the built server, is skipped with it.
+    build: bool = True
     dump_dir: Path | None = None
     # CUDA: "tvm" runs prefill projections through the TVM GEMM; "coop" through the
     # cooperative split-K family with verifier-derived routes (validated on an H200);

@@ -112,14 +112,15 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
             write_model(artifact_path, model, plan, target, model_id)
 
     # 7. Build: CMake + Ninja -> ninfer-server (+ ninfer_engine Python module).
-    with stage("build"):
-        from ninfer.build import cmake_build
+    if opts.build:
+        with stage("build"):
+            from ninfer.build import cmake_build
 
-        cmake_build(src_dir, out_dir / "cmake-build", log=out_dir / "build.log")
+            cmake_build(src_dir, out_dir / "cmake-build", log=out_dir / "build.log")
 
     # 8. Chat templates: the built server renders generated conversations, and each must
     #    equal jinja2's rendering (or raise the same error) or the compile fails.
-    if model.chat_templates:
+    if model.chat_templates and opts.build:
         with stage("chat-check"):
             verify_server(out_dir / "ninfer-server", model.chat_templates,
                           model.tokenizer.special_tokens, count=opts.chat_template_checks)
@@ -129,7 +130,10 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
                            tuple(str(p.relative_to(out_dir)) for p in tree.files),
                            launches, stage.seconds,
                            (*((weights_note,) if weights_note else ()),
-                            *opts.limit_notes(positions)))
+                            *opts.limit_notes(positions),
+                            *(() if opts.build else (
+                                "--no-build: sources in src/, not built; the chat-template "
+                                "check runs with the build",))))
     report_path = out_dir / "compile_report.json"
     report_path.write_text(json.dumps(report.to_json(), indent=2))
     dump.json("report.json", report.to_json())
