@@ -21,6 +21,7 @@ import ctypes
 import dataclasses
 import functools
 import hashlib
+import os
 import shutil
 import subprocess
 import zlib
@@ -100,11 +101,32 @@ def emulated(target_name: str) -> tuple[ctypes.CDLL, dict[str, list[CudaLaunch]]
                                               TARGETS[target_name]()))
 
 
+def shared_library(source: str, flags: list[str], *, sources: tuple[Path, ...] = (),
+                   depends: tuple[bytes, ...] = ()) -> ctypes.CDLL:
+    """`source` and the files `sources` compiled by g++ (C++20, -O1) with `flags` into a
+    shared library, cached under CACHE by all that goes into it (`depends`: the contents
+    of the headers they include)."""
+    if CXX is None:
+        pytest.skip("g++ not found")
+    flags = ["-std=c++20", "-O1", "-shared", "-fPIC", *flags]
+    key = hashlib.sha256(b"\0".join([source.encode(), " ".join(flags).encode(), *depends,
+                                     *(p.read_bytes() for p in sources)]))
+    lib = CACHE / f"{key.hexdigest()[:24]}.so"
+    if not lib.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        src = lib.with_suffix(".cpp")
+        src.write_text(source)
+        tmp = lib.with_suffix(f".so.tmp{os.getpid()}")  # the suite's workers may race here
+        result = subprocess.run([CXX, *flags, "-o", str(tmp), str(src), *map(str, sources)],
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr[-4000:]
+        tmp.replace(lib)
+    return ctypes.CDLL(str(lib))
+
+
 def compile_emulated(module: CudaModule) -> tuple[ctypes.CDLL, dict[str, list[CudaLaunch]]]:
     """`module`'s exact source compiled with g++ against cuda_emulation.h (cached by
     content), with one `emu_<symbol>` driver per launch; its launches by spec name."""
-    if CXX is None:
-        pytest.skip("g++ not found")
     drivers = []
     for launch in module.launches:
         params = ", ".join(f"{p.ctype} a{i}" for i, p in enumerate(launch.params))
@@ -115,24 +137,12 @@ def compile_emulated(module: CudaModule) -> tuple[ctypes.CDLL, dict[str, list[Cu
             f"  emu::launch(grid_x, grid_y, threads, [=] {{ {launch.kernel_symbol}({args}); }});"
             "\n}\n")
     source = '#include "cuda_emulation.h"\n' + module.source + "\n" + "".join(drivers)
-    flags = ["-std=c++20", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas",
-             f"-I{HERE}"]
-    header = (HERE / "cuda_emulation.h").read_bytes()
-    key = hashlib.sha256(b"\0".join([source.encode(), header, " ".join(flags).encode()]))
-    lib = CACHE / f"{key.hexdigest()[:24]}.so"
-    if not lib.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        src = lib.with_suffix(".cpp")
-        src.write_text(source)
-        tmp = lib.with_suffix(".so.tmp")
-        result = subprocess.run([CXX, *flags, "-o", str(tmp), str(src)],
-                                capture_output=True, text=True, check=False)
-        assert result.returncode == 0, result.stderr[-4000:]
-        tmp.rename(lib)
+    lib = shared_library(source, ["-Wno-unknown-pragmas", f"-I{HERE}"],
+                         depends=((HERE / "cuda_emulation.h").read_bytes(),))
     launches: dict[str, list[CudaLaunch]] = {}
     for launch in module.launches:
         launches.setdefault(launch.spec_name, []).append(launch)
-    return ctypes.CDLL(str(lib)), launches
+    return lib, launches
 
 
 def run(target_name: str, spec: KernelSpec, arrays: list[np.ndarray], n: int) -> int:

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cuda_emulation import CACHE, CXX, compile_emulated, run_launches, small_block_target
+from test_cuda_emulation import (
+    compile_emulated,
+    run_launches,
+    shared_library,
+    small_block_target,
+)
 
 from ninfer.kernels import SamplerSpec
 from ninfer.kernels.cuda.lower import CudaModule, build_cuda_source
@@ -87,23 +90,10 @@ def kernel(target_name: str) -> tuple[ctypes.CDLL, dict]:
 
 @functools.cache
 def host() -> ctypes.CDLL:
-    if CXX is None:
-        pytest.skip("g++ not found")
-    sources = [ROOT / "runtime_cpp/engine/sampling.cpp"]
-    text = b"\0".join([_HOST_SHIM.encode(), *(p.read_bytes() for p in sources),
-                       (ROOT / "runtime_cpp/engine/sampling.h").read_bytes()])
-    lib = CACHE / f"host-{hashlib.sha256(text).hexdigest()[:24]}.so"
-    if not lib.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        shim = lib.with_suffix(".cpp")
-        shim.write_text(_HOST_SHIM)
-        tmp = lib.with_suffix(".so.tmp")
-        result = subprocess.run([CXX, "-std=c++20", "-O1", "-shared", "-fPIC",
-                                 f"-I{ROOT / 'runtime_cpp'}", "-o", str(tmp), str(shim),
-                                 *map(str, sources)], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr[-4000:]
-        tmp.rename(lib)
-    return ctypes.CDLL(str(lib))
+    """The engine's host sampling code (engine/sampling.cpp) behind _HOST_SHIM."""
+    return shared_library(_HOST_SHIM, [f"-I{ROOT / 'runtime_cpp'}"],
+                          sources=(ROOT / "runtime_cpp/engine/sampling.cpp",),
+                          depends=((ROOT / "runtime_cpp/engine/sampling.h").read_bytes(),))
 
 
 def ptr(a: np.ndarray) -> ctypes.c_void_p:
