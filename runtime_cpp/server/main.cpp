@@ -156,6 +156,7 @@ int run(int argc, char** argv) {
       static_cast<size_t>(eo.max_concurrency) +
       static_cast<size_t>(opt.max_pending_requests > 0 ? opt.max_pending_requests : 256) + 8;
   http.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+  http.set_keep_alive_timeout(opt.keep_alive_timeout_s);
   install(http, state);
   // The port is bound and served before the model loads: /health says 503 until ready.
   int port = opt.port;
@@ -190,7 +191,7 @@ int run(int argc, char** argv) {
     for (int waited_ms = 0; routes && routes->in_flight > 0 && waited_ms < 30000; waited_ms += 5)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     http.stop();
-    end_kept_alive_connections();  // idle clients would hold the exit for 5 s
+    end_kept_alive_connections();  // idle clients would hold the exit for the keep-alive timeout
   });
   auto stop_threads = [&] {
     listener.join();

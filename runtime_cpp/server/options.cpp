@@ -28,6 +28,7 @@ const char* const kUsage =
     "usage: ninfer-server [--host H] [--port P] [--threads N] [--max-context N]\n"
     "                     [--max-concurrency N] [--prefill-chunk N]\n"
     "                     [--max-pending-requests N] [--pending-timeout-ms MS]\n"
+    "                     [--keep-alive-timeout S]\n"
     "                     [--max-decode-slowdown X] [--request-log FILE]\n"
     "                     [--artifact FILE] [--no-verify-checksums]\n"
     "                     [--allow-more-sms] [--no-cuda-graph]\n"
@@ -46,6 +47,8 @@ const char* const kUsage =
     "  --max-pending-requests N  requests that may wait for a slot; more get 429\n"
     "                            (default 64, 0 = unbounded)\n"
     "  --pending-timeout-ms MS   a request waiting longer gets 503 (default 0 = never)\n"
+    "  --keep-alive-timeout S    an idle kept-alive connection is closed after S seconds\n"
+    "                            (default 5; at shutdown idle ones close at once)\n"
     "  --max-decode-slowdown X   while requests decode, prompt rows per step are limited so\n"
     "                            a step takes at most X times a decode-only step (default\n"
     "                            1.5, 0 = no limit: prompts take the whole step budget)\n"
@@ -128,6 +131,7 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--prefill-chunk") o.prefill_chunk = positive(i);
     else if (a == "--max-pending-requests") o.max_pending_requests = integer(i);
     else if (a == "--pending-timeout-ms") o.pending_timeout_ms = integer(i);
+    else if (a == "--keep-alive-timeout") o.keep_alive_timeout_s = positive(i);
     else if (a == "--max-decode-slowdown") o.max_decode_slowdown = slowdown(i);
     else if (a == "--request-log") o.request_log = value(i);
     else if (a == "--artifact") o.artifact = value(i);

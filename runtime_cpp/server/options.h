@@ -23,6 +23,7 @@ struct Options {
   int prefill_chunk = 0;          // 0: compiled
   int max_pending_requests = 64;  // 0: unbounded
   int pending_timeout_ms = 0;     // 0: none
+  int keep_alive_timeout_s = 5;   // an idle connection is closed after this (cpp-httplib's)
   double max_decode_slowdown = 1.5;
   std::string request_log;
   std::string artifact;  // empty: model.ninfer beside the binary
