@@ -367,3 +367,17 @@ def test_launch_is_one_block_per_row_with_the_attention_block_size() -> None:
     assert launch.grid[0].evaluate({"n": 5}) == 5 and launch.block == (64, 1, 1)
     assert [p.name for p in launch.params][-2:] == [work_name(SPEC), "n"]
     assert launch.host_allocs[0].elements.evaluate({"n": 3}) == 3 * V
+
+
+def test_plan_sampler_holds_the_engines_logprob_limit():
+    """The plan's sampler returns as many top logprobs as the engine admits
+    (Engine::kMaxLogprobs; SamplePack refuses more at run time)."""
+    import re
+
+    from ninfer.plan import SAMPLER_TOP_LOGPROBS
+
+    engine_h = (ROOT / "runtime_cpp/engine/engine.h").read_text()
+    m = re.search(r"static constexpr int kMaxLogprobs = (\d+);", engine_h)
+    assert m, "kMaxLogprobs not found in engine.h"
+    assert SAMPLER_TOP_LOGPROBS == int(m.group(1))
+
