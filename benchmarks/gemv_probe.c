@@ -1,5 +1,5 @@
-// The probe behind benchmarks/RESULTS.md "session 9": where an f16 GEMV over ~1 GB of
-// weights loses against a plain read. cc -O2 -march=native -pthread gemv_probe.c -o gemv_probe
+// The probe behind benchmarks/RESULTS.md "session 9": how an f16 GEMV over ~1 GB of
+// weights compares with a plain read. cc -O2 -march=native -pthread gemv_probe.c -o gemv_probe
 // ./gemv_probe MODE K N HUGE THREADS ROUNDS
 //   MODE 0: plain read (sum of bytes as 32-byte loads), contiguous halves per thread
 //   MODE 1: ninfer's pattern: 4-row tiles row-major, 4 rows streamed at once, prefetch
