@@ -595,11 +595,17 @@ def test_generation_config_in_the_manifest() -> None:
 def test_sse_chunks_of_n_carry_their_index(srv: Any) -> None:
     with srv.client.stream("POST", "/v1/chat/completions", json={
             "messages": [{"role": "user", "content": "hi"}], "n": 3, "max_tokens": 4,
-            "stream": True, "ignore_eos": True}) as r:
+            "stream": True, "ignore_eos": True, "return_token_ids": True}) as r:
         chunks = [json.loads(line[5:]) for line in r.iter_lines()
                   if line.startswith("data:") and "[DONE]" not in line]
-    per = {i: [c for c in chunks if c["choices"][0]["index"] == i] for i in range(3)}
+    per = {i: [c["choices"][0] for c in chunks if c["choices"][0]["index"] == i]
+           for i in range(3)}
     for i in range(3):
-        assert per[i][0]["choices"][0]["delta"]["role"] == "assistant"
-        assert per[i][-1]["choices"][0]["finish_reason"] == "length"
-        assert len(per[i]) == 5  # four tokens, then the finish
+        assert per[i][0]["delta"]["role"] == "assistant"
+        assert all("role" not in c["delta"] for c in per[i][1:])
+        assert per[i][-1]["finish_reason"] == "length"
+        # Four sampled tokens, then the finish. A sampled end-of-sequence token (kept by
+        # ignore_eos) has no text and rides with the next chunk, so count tokens, not chunks.
+        body = per[i][:-1]
+        assert all(c["finish_reason"] is None and c["token_ids"] for c in body)
+        assert sum(len(c["token_ids"]) for c in body) == 4
