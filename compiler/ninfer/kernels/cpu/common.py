@@ -7,6 +7,8 @@ straight-line SIMD code (no libm calls, no global scratch).
 
 from __future__ import annotations
 
+import functools
+
 from tvm import tirx
 from tvm.script.ir_builder import tirx as irb
 
@@ -15,6 +17,22 @@ from tvm.script.ir_builder import tirx as irb
 VECTOR_LANES = 8
 
 F32 = "float32"
+
+
+@functools.cache
+def host_has(feature: str) -> bool:
+    """Whether the CPU the kernels are compiled for (always this host: see build.cpu_target)
+    has an LLVM target feature ("avx512f", "avxvnni", ...)."""
+    import tvm
+    from tvm.target import codegen
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    return bool(codegen.target_has_features(feature, target))
+
+
+def host_has_avx512() -> bool:
+    """AVX-512F: 512-bit vectors and 32 vector registers."""
+    return host_has("avx512f")
 
 LINE_FLOATS = 16  # float32 values per 64-byte cache line
 
@@ -54,9 +72,9 @@ def fast_exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
     return tirx.Let(xv, x, body)
 
 
-def hsum(buf: tirx.Buffer, *prefix: tirx.PrimExpr) -> tirx.PrimExpr:
-    """Sum of buf[*prefix, 0:VECTOR_LANES] as a balanced tree (short dependency chains)."""
-    indices = [(*prefix, v) for v in range(VECTOR_LANES)]
+def hsum(buf: tirx.Buffer, *prefix: tirx.PrimExpr, lanes: int = VECTOR_LANES) -> tirx.PrimExpr:
+    """Sum of buf[*prefix, 0:lanes] as a balanced tree (short dependency chains)."""
+    indices = [(*prefix, v) for v in range(lanes)]
     terms = [buf[i] for i in indices]
     while len(terms) > 1:
         half = len(terms) // 2

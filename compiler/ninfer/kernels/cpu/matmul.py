@@ -5,14 +5,20 @@ MR rows of x against NR rows of w, with MR * NR vector accumulators of VECTOR_LA
 held in registers while k advances one vector at a time; each accumulator is summed
 horizontally at the end. This needs no packing or transposition of w.
 
-- "gemv" (decode, a few rows): parallel over blocks of NR output columns, rows taken two
+- "gemv" (decode, a few rows): parallel over tiles of NR output columns, rows taken two
   (or, for an odd count, last three) at a time. Memory-bound: w streams through once per
-  call, its NR rows stay in L1 while the few x rows are reused against them. One row's NR
-  accumulator chains cannot hide the FMA latency; 2-3 rows' can, and they prefetch w a
-  few tiles ahead, so up to 4 rows cost about what one does once w comes from memory.
+  call, its NR rows stay in L1 while the few x rows are reused against them. Tile jb holds
+  the rows jb, jb + N/NR, jb + 2N/NR, ...: one from each of NR equal parts of w, so a
+  thread's contiguous range of tiles reads NR long sequential streams, each prefetched
+  PF_BYTES ahead (NR adjacent rows instead start NR short streams per tile, which the
+  hardware prefetchers follow worse: 10-22% slower, RESULTS 2026-12-01). One row's NR
+  accumulator chains cannot hide the FMA latency; 2-3 rows' can.
 - "gemm" (prefill): MR x NR register tile, k split into KB-long blocks and rows into
   MB-row blocks so that an x block stays in L2 while w panels stream past it; parallel over
   panels of output columns (each thread owns its columns, so no reduction across threads).
+
+Vectors have matmul_lanes() float32 lanes: 16 on AVX-512 hosts (where the gemm tile is 6 x 4:
+32 registers), else 8.
 
 Leftovers are handled by narrower loops: rows that do not fill an MR tile run 2-row and
 1-row micro-kernels, columns that do not fill an NR tile run a 1-column one, and k % VECTOR_LANES
@@ -32,9 +38,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from ..spec import MatmulSpec
-from .common import F32, VECTOR_LANES, f32, hsum, i64, prefetch, scratch
-
-VW = VECTOR_LANES
+from .common import F32, VECTOR_LANES, f32, host_has_avx512, hsum, i64, prefetch, scratch
 
 
 @dataclass(frozen=True)
@@ -53,13 +57,28 @@ class MatmulTiles:
 # schedule (and whatever other rows) computed it: batch invariance of the engine.
 K_BLOCK = 1024
 GEMV_TILES = MatmulTiles(mr=1, nr=4, kb=K_BLOCK, mb=1, panels=0)
-PF_ROWS = 8  # GEMV pairs prefetch the w rows of the tile two ahead
+PF_BYTES = 2048  # gemv: prefetch distance along each row's stream (1-2 KiB measured alike)
 GEMM_TILES = MatmulTiles(mr=4, nr=3, kb=K_BLOCK, mb=32, panels=16)
+# AVX-512 (32 registers): 6 x 4 accumulators, 6 x loads and a w vector. The 4 x 3 tile at
+# 16 lanes reloads x from L2 too often per FMA (f32 prefill 125 against 190 GFLOP/s, f16 104
+# against 170; RESULTS 2026-12-01).
+GEMM_TILES_512 = MatmulTiles(mr=6, nr=4, kb=K_BLOCK, mb=36, panels=16)
+
+
+def matmul_lanes() -> int:
+    """float32 lanes of the float matmuls' vectors: 16 where the host has AVX-512 (prefill
+    1.5-2.2x faster than on 8 lanes, multi-row decode up to 1.6x), else 8. gemv and gemm
+    use the same width, so their summation order stays the same."""
+    return 16 if host_has_avx512() else VECTOR_LANES
 
 
 def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
-    tiles = GEMV_TILES if spec.schedule == "gemv" else GEMM_TILES
-    return _matmul(spec, tiles)
+    lanes = matmul_lanes()
+    if spec.schedule == "gemv":
+        tiles = GEMV_TILES
+    else:
+        tiles = GEMM_TILES_512 if lanes == 16 else GEMM_TILES
+    return _matmul(spec, tiles, lanes)
 
 
 # Storage dtype of the weight buffer per float weight format (quantize.weight_formats layouts).
@@ -76,7 +95,7 @@ def _weight(w: tirx.Buffer, wdtype: str, j: tirx.PrimExpr, k: tirx.PrimExpr) -> 
     return w[j, k]
 
 
-def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
+def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
     K, N, has_bias = spec.k, spec.n_out, spec.bias
     WD = spec.wdtype
     if WD not in _W_STORAGE:
@@ -99,6 +118,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
     # long enough that the hardware prefetcher falls behind (11-22% faster with it); one
     # row of f32 gained nothing.
     PF_ONE_ROW = PF_HALF if WD != "float32" else 0
+    PF_AHEAD = PF_BYTES // (4 if WD == "float32" else 2)  # in weights
     NKB = -(-KV // KBV) if KV else 0
     MB = tl.mb
     NJB = N // NR  # full column tiles
@@ -110,46 +130,53 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
     NP = -(-NJB // G)
 
     @T.macro
-    def micro(x, w, out, acc, i0, j0, kv0, kvn, R, C, pf=0):
-        # out[i0:i0+R, j0:j0+C] += x[i0:i0+R, k] . w[j0:j0+C, k] over k in the kv0..kv0+kvn vectors
+    def micro(x, w, out, acc, i0, j0, kv0, kvn, R, C, pf=0, cs=1):
+        # out[i0:i0+R, j0 + c*cs] += x[i0:i0+R, k] . w[j0 + c*cs, k] for c < C, over k in the
+        # kv0..kv0+kvn vectors
         for r in T.unroll(R):
             for c in T.unroll(C):
                 for v in T.vectorized(VW):
                     acc[r, c, v] = f32(0.0)
         for kv in range(kvn):
-            if pf > 0:  # w's rows PF_ROWS ahead (a later tile), every pf k vectors
+            if pf > 0:  # every pf k vectors (gemv only)
                 if (kv0 + kv) % pf == 0:
-                    for c in T.unroll(C):
-                        T.evaluate(prefetch(w, T.min(j0 + PF_ROWS + c, i64(N - 1)),
-                                            (kv0 + kv) * VW))
+                    for c in T.unroll(C):  # each row's stream PF_BYTES ahead (on into
+                        # the row that follows it in memory, the stream's next tile)
+                        T.evaluate(prefetch(w, 0, T.min(
+                            (j0 + c * cs) * K + (kv0 + kv) * VW + PF_AHEAD, i64(N * K - 1))))
             for r in T.unroll(R):
                 for c in T.unroll(C):
                     for v in T.vectorized(VW):
                         acc[r, c, v] = acc[r, c, v] + (
                             x[i0 + r, (kv0 + kv) * VW + v]
-                            * _weight(w, WD, j0 + c, (kv0 + kv) * VW + v)
+                            * _weight(w, WD, j0 + c * cs, (kv0 + kv) * VW + v)
                         )
         for r in T.unroll(R):
             for c in T.unroll(C):
-                out[i0 + r, j0 + c] = out[i0 + r, j0 + c] + hsum(acc, r, c)
+                out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum(acc, r, c, lanes=VW)
 
     @T.macro
-    def init_and_tail(x, w, bias, out, n, j0, j1):
-        # out[:, j0:j1] = bias (or 0), plus the scalar k tail.
+    def init_and_tail(x, w, bias, out, n, j0, jn, cs=1):
+        # out[:, j0 + c*cs] = bias (or 0) for c < jn, plus the scalar k tail.
         for i in range(n):
-            for j in range(j0, j1):
+            for c in range(jn):
                 if has_bias:
-                    out[i, j] = bias[j]
+                    out[i, j0 + c * cs] = bias[j0 + c * cs]
                 else:
-                    out[i, j] = f32(0.0)
+                    out[i, j0 + c * cs] = f32(0.0)
                 for t in range(KT):
-                    out[i, j] = out[i, j] + x[i, K0 + t] * _weight(w, WD, j, K0 + t)
+                    out[i, j0 + c * cs] = out[i, j0 + c * cs] + x[i, K0 + t] * _weight(
+                        w, WD, j0 + c * cs, K0 + t)
+
+    # gemv tile jb holds the rows jb + c * NJB (c < NR): one from each of NR equal parts
+    # of w, so a thread's contiguous range of tiles reads NR long sequential streams.
+    CS = NJB
 
     @T.macro
     def gemv_body(x, w, bias, out, n):
         for jb in T.parallel(NJB):
             acc = scratch((3, NR, VW))
-            init_and_tail(x, w, bias, out, n, jb * NR, jb * NR + NR)
+            init_and_tail(x, w, bias, out, n, jb, NR, CS)
             for kb in range(NKB):
                 kv0 = T.bind(kb * KBV)
                 kvn = T.bind(T.min(KBV, KV - kv0))
@@ -163,25 +190,25 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
                 pairs = T.bind((n - 3 * odd) // 2)
                 if pairs > 0:
                     if n <= 4:
-                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 2, NR, PF_HALF)
+                        micro(x, w, out, acc, 0, jb, kv0, kvn, 2, NR, PF_HALF, CS)
                     else:
-                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 2, NR, PF_LINE)
+                        micro(x, w, out, acc, 0, jb, kv0, kvn, 2, NR, PF_LINE, CS)
                 for ip in range(1, pairs):
-                    micro(x, w, out, acc, ip * 2, jb * NR, kv0, kvn, 2, NR, PF_LINE)
+                    micro(x, w, out, acc, ip * 2, jb, kv0, kvn, 2, NR, PF_LINE, CS)
                 if odd == 1:
                     if n == 3:
-                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 3, NR, PF_HALF)
+                        micro(x, w, out, acc, 0, jb, kv0, kvn, 3, NR, PF_HALF, CS)
                     elif n > 3:
-                        micro(x, w, out, acc, n - 3, jb * NR, kv0, kvn, 3, NR, PF_LINE)
+                        micro(x, w, out, acc, n - 3, jb, kv0, kvn, 3, NR, PF_LINE, CS)
                     else:
-                        micro(x, w, out, acc, 0, jb * NR, kv0, kvn, 1, NR, PF_ONE_ROW)
+                        micro(x, w, out, acc, 0, jb, kv0, kvn, 1, NR, PF_ONE_ROW, CS)
 
     @T.macro
     def gemm_body(x, w, bias, out, n):
         for p in T.parallel(NP):
             acc = scratch((MR, NR, VW))
             jb_end = T.bind(T.min(p * G + G, NJB))
-            init_and_tail(x, w, bias, out, n, p * G * NR, jb_end * NR)
+            init_and_tail(x, w, bias, out, n, p * G * NR, jb_end * NR - p * G * NR)
             for kb in range(NKB):
                 kv0 = T.bind(kb * KBV)
                 kvn = T.bind(T.min(KBV, KV - kv0))
@@ -190,10 +217,11 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
                     full = T.bind(rows // MR * MR)
                     for jb in range(p * G, jb_end):
                         for ib in range(rows // MR):
-                            micro(x, w, out, acc, io * MB + ib * MR, jb * NR, kv0, kvn, MR, NR)
-                        for ip in range((rows - full) // 2):  # leftover rows: pairs, then one
-                            micro(x, w, out, acc, io * MB + full + ip * 2, jb * NR, kv0, kvn, 2,
+                            micro(x, w, out, acc, io * MB + ib * MR, jb * NR, kv0, kvn, MR,
                                   NR)
+                        for ip in range((rows - full) // 2):  # leftover rows: pairs, one
+                            micro(x, w, out, acc, io * MB + full + ip * 2, jb * NR, kv0,
+                                  kvn, 2, NR)
                         for ii in range(full + (rows - full) // 2 * 2, rows):
                             micro(x, w, out, acc, io * MB + ii, jb * NR, kv0, kvn, 1, NR)
 
@@ -202,7 +230,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles) -> tirx.PrimFunc:
         # The N % NR last columns, one at a time.
         for jt in T.parallel(N - N0):
             acc = scratch((1, 1, VW))
-            init_and_tail(x, w, bias, out, n, N0 + jt, N0 + jt + 1)
+            init_and_tail(x, w, bias, out, n, N0 + jt, 1)
             for kb in range(NKB):
                 for i in range(n):
                     micro(x, w, out, acc, i, N0 + jt, kb * KBV, T.min(KBV, KV - kb * KBV), 1, 1)

@@ -48,7 +48,7 @@ from tvm.script.ir_builder import tirx as irb
 from ninfer.quantize.weight_formats import check_k, format_info
 
 from ..spec import MatmulSpec
-from .common import F32, f32, hmax, hsum, i64, prefetch, scratch
+from .common import F32, f32, hmax, host_has, hsum, i64, prefetch, scratch
 
 LANES = 8  # int32 / float32 lanes of a ymm register
 BYTES = 32  # int8 lanes of a ymm register
@@ -85,6 +85,23 @@ def _maddwd(a: tirx.PrimExpr) -> tirx.PrimExpr:
     """vpmaddwd with ones: 8 x int32 = a[2i] + a[2i+1]."""
     ones = tirx.Broadcast(tirx.const(1, "int16"), 16)
     return _llvm("int32x8", "llvm.x86.avx2.pmadd.wd", a, ones)
+
+
+def _dpbusd(acc: tirx.PrimExpr, u8: tirx.PrimExpr, s8: tirx.PrimExpr) -> tirx.PrimExpr:
+    """vpdpbusd (AVX-VNNI): 8 x int32 = acc + the sums of 4 adjacent u8 * s8 products, without
+    an int16 step (so equal to maddwd(maddubs(u8, s8)) wherever that does not saturate,
+    which the ranges above rule out)."""
+    # LLVM 20 and later type the byte operands <32 x i8> (before: <8 x i32>).
+    return _llvm("int32x8", "llvm.x86.avx512.vpdpbusd.256", acc, u8, s8)
+
+
+def use_vnni() -> bool:
+    """The group dots use vpdpbusd where the host has it (one instruction for vpmaddubsw +
+    vpmaddwd; the integer results are the same)."""
+    return VNNI and (host_has("avxvnni") or (host_has("avx512vnni") and host_has("avx512vl")))
+
+
+VNNI = True
 
 
 def _psignb(a: tirx.PrimExpr, b: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -125,8 +142,23 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     G_PANEL = max(1, min(64, -(-NJB // tl.panels))) if tl.panels else 1
     NP = -(-NJB // G_PANEL)
 
+    vnni = use_vnni()
+    zero = tirx.Broadcast(tirx.const(0, "int32"), LANES)
+
     def group_dot(q, xq, xa, i, j, g):
         """int32x8 whose lanes sum to the exact integer dot of group g (row i, column j)."""
+        if vnni:
+            if Q4:
+                acc = zero
+                for c in range(G // 64):
+                    wb = q[j, _vec(g * (G // 2) + c * BYTES, BYTES)]
+                    lo = wb & tirx.Broadcast(tirx.const(15, "uint8"), BYTES)
+                    hi = wb >> tirx.Broadcast(tirx.const(4, "uint8"), BYTES)
+                    acc = _dpbusd(acc, lo, xq[i, _vec(g * G + c * 64, BYTES)])
+                    acc = _dpbusd(acc, hi, xq[i, _vec(g * G + c * 64 + BYTES, BYTES)])
+                return acc
+            ws = _psignb(q[j, _vec(g * G, BYTES)], xq[i, _vec(g * G, BYTES)])
+            return _dpbusd(zero, xa[i, _vec(g * G, BYTES)], ws)
         if Q4:
             acc = None
             for c in range(G // 64):
