@@ -20,6 +20,8 @@ group is an exact integer dot product, 32 multiply-adds per instruction:
      vpmaddwd with ones -> 8 x int32.
    - q8: vpmaddubsw(|xq|, vpsignb(q, xq)) -> 16 x int16 (at most 2 * 127 * 127 < 2^15),
      vpmaddwd with ones -> 8 x int32.
+   Where the host has AVX-VNNI, vpdpbusd does each vpmaddubsw + vpmaddwd in one instruction
+   (int32 lanes directly; the same integers, since the int16 step never saturates here).
 3. Per k block of K_BLOCK (groups g0..): acc (8 float lanes) starts as the q4 offset
    corrections sum over the block's groups of d * dx * (-8 * sum xq), 8 groups per
    vector; then acc += float(dot) * (d * dx) group after group, and the lanes of acc are
