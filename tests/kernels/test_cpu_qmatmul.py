@@ -112,6 +112,25 @@ def test_rows_are_bitwise_the_same_in_gemv_and_gemm(kernels: tvm.runtime.Executa
     assert np.array_equal(_run(kernels, gemm, [x[5:12], *rest]), batched[5:12])
 
 
+@pytest.mark.parametrize("fmt", ["q8g32", "q4g64", "q4g128"])
+def test_vnni_and_avx2_group_dots_give_the_same_bits(monkeypatch: pytest.MonkeyPatch,
+                                                     fmt: str) -> None:
+    """vpdpbusd (where the host has AVX-VNNI) and vpmaddubsw + vpmaddwd give the same integer
+    group dots, so the same outputs to the bit: both builds, on any host that runs VNNI."""
+    from ninfer.kernels.cpu import qmatmul
+
+    if not qmatmul.use_vnni():
+        pytest.skip("this host has no AVX-VNNI: only the vpmaddubsw path can run")
+    k, n_out = SHAPES[fmt][1]
+    specs = [MatmulSpec(k, n_out, True, s, fmt) for s in ("gemv", "gemm")]
+    args = _inputs(specs[1], 9, np.random.default_rng(5))
+    vnni = build_cpu_module(specs)
+    monkeypatch.setattr(qmatmul, "use_vnni", lambda: False)
+    avx2 = build_cpu_module(specs)
+    for spec in specs:
+        assert np.array_equal(_run(vnni, spec, args), _run(avx2, spec, args)), spec.name()
+
+
 # Output error of the formats against float32 weights and unrounded activations, with
 # Gaussian x and w (k = 4096). Measured (rel. L2): f16 2e-4, bf16 1.7e-3, q8g32 7.6e-3
 # (5.4e-3 from the weights, the rest from rounding x to int8), q4g64 9.6e-2, q4g128

@@ -1,7 +1,7 @@
 """CPU matmul out = x @ w.T (+ bias) with w stored [n_out, k].
 
 Both operands are contiguous along k, so the micro-kernel is a block of dot products:
-MR rows of x against NR rows of w, with MR * NR vector accumulators of VECTOR_LANES lanes
+MR rows of x against NR rows of w, with MR * NR vector accumulators of `lanes` floats
 held in registers while k advances one vector at a time; each accumulator is summed
 horizontally at the end. This needs no packing or transposition of w.
 
@@ -21,7 +21,7 @@ Vectors have matmul_lanes() float32 lanes: 16 on AVX-512 hosts (where the gemm t
 32 registers), else 8.
 
 Leftovers are handled by narrower loops: rows that do not fill an MR tile run 2-row and
-1-row micro-kernels, columns that do not fill an NR tile run a 1-column one, and k % VECTOR_LANES
+1-row micro-kernels, columns that do not fill an NR tile run a 1-column one, and k % lanes
 trailing products are added by a scalar loop.
 
 16-bit float weights (f16: IEEE half, converted by vcvtph2ps; bf16: stored as uint16 bits,
@@ -168,15 +168,11 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
                     out[i, j0 + c * cs] = out[i, j0 + c * cs] + x[i, K0 + t] * _weight(
                         w, WD, j0 + c * cs, K0 + t)
 
-    # gemv tile jb holds the rows jb + c * NJB (c < NR): one from each of NR equal parts
-    # of w, so a thread's contiguous range of tiles reads NR long sequential streams.
-    CS = NJB
-
     @T.macro
     def gemv_body(x, w, bias, out, n):
         for jb in T.parallel(NJB):
             acc = scratch((3, NR, VW))
-            init_and_tail(x, w, bias, out, n, jb, NR, CS)
+            init_and_tail(x, w, bias, out, n, jb, NR, NJB)  # rows jb + c * NJB
             for kb in range(NKB):
                 kv0 = T.bind(kb * KBV)
                 kvn = T.bind(T.min(KBV, KV - kv0))
@@ -190,18 +186,18 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
                 pairs = T.bind((n - 3 * odd) // 2)
                 if pairs > 0:
                     if n <= 4:
-                        micro(x, w, out, acc, 0, jb, kv0, kvn, 2, NR, PF_HALF, CS)
+                        micro(x, w, out, acc, 0, jb, kv0, kvn, 2, NR, PF_HALF, NJB)
                     else:
-                        micro(x, w, out, acc, 0, jb, kv0, kvn, 2, NR, PF_LINE, CS)
+                        micro(x, w, out, acc, 0, jb, kv0, kvn, 2, NR, PF_LINE, NJB)
                 for ip in range(1, pairs):
-                    micro(x, w, out, acc, ip * 2, jb, kv0, kvn, 2, NR, PF_LINE, CS)
+                    micro(x, w, out, acc, ip * 2, jb, kv0, kvn, 2, NR, PF_LINE, NJB)
                 if odd == 1:
                     if n == 3:
-                        micro(x, w, out, acc, 0, jb, kv0, kvn, 3, NR, PF_HALF, CS)
+                        micro(x, w, out, acc, 0, jb, kv0, kvn, 3, NR, PF_HALF, NJB)
                     elif n > 3:
-                        micro(x, w, out, acc, n - 3, jb, kv0, kvn, 3, NR, PF_LINE, CS)
+                        micro(x, w, out, acc, n - 3, jb, kv0, kvn, 3, NR, PF_LINE, NJB)
                     else:
-                        micro(x, w, out, acc, 0, jb, kv0, kvn, 1, NR, PF_ONE_ROW, CS)
+                        micro(x, w, out, acc, 0, jb, kv0, kvn, 1, NR, PF_ONE_ROW, NJB)
 
     @T.macro
     def gemm_body(x, w, bias, out, n):

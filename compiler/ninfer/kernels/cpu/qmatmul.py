@@ -100,10 +100,7 @@ def _dpbusd(acc: tirx.PrimExpr, u8: tirx.PrimExpr, s8: tirx.PrimExpr) -> tirx.Pr
 def use_vnni() -> bool:
     """The group dots use vpdpbusd where the host has it (one instruction for vpmaddubsw +
     vpmaddwd; the integer results are the same)."""
-    return VNNI and (host_has("avxvnni") or (host_has("avx512vnni") and host_has("avx512vl")))
-
-
-VNNI = True
+    return host_has("avxvnni") or (host_has("avx512vnni") and host_has("avx512vl"))
 
 
 def _psignb(a: tirx.PrimExpr, b: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -149,31 +146,24 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
 
     def group_dot(q, xq, xa, i, j, g):
         """int32x8 whose lanes sum to the exact integer dot of group g (row i, column j)."""
-        if vnni:
-            if Q4:
-                acc = zero
-                for c in range(G // 64):
-                    wb = q[j, _vec(g * (G // 2) + c * BYTES, BYTES)]
-                    lo = wb & tirx.Broadcast(tirx.const(15, "uint8"), BYTES)
-                    hi = wb >> tirx.Broadcast(tirx.const(4, "uint8"), BYTES)
-                    acc = _dpbusd(acc, lo, xq[i, _vec(g * G + c * 64, BYTES)])
-                    acc = _dpbusd(acc, hi, xq[i, _vec(g * G + c * 64 + BYTES, BYTES)])
-                return acc
-            ws = _psignb(q[j, _vec(g * G, BYTES)], xq[i, _vec(g * G, BYTES)])
-            return _dpbusd(zero, xa[i, _vec(g * G, BYTES)], ws)
         if Q4:
-            acc = None
+            acc = zero if vnni else None
             for c in range(G // 64):
                 wb = q[j, _vec(g * (G // 2) + c * BYTES, BYTES)]
                 lo = wb & tirx.Broadcast(tirx.const(15, "uint8"), BYTES)
                 hi = wb >> tirx.Broadcast(tirx.const(4, "uint8"), BYTES)
                 xe = xq[i, _vec(g * G + c * 64, BYTES)]
                 xo = xq[i, _vec(g * G + c * 64 + BYTES, BYTES)]
-                p = _maddubs(lo, xe) + _maddubs(hi, xo)
-                acc = p if acc is None else acc + p
-            return _maddwd(acc)
+                if vnni:
+                    acc = _dpbusd(_dpbusd(acc, lo, xe), hi, xo)
+                else:
+                    p = _maddubs(lo, xe) + _maddubs(hi, xo)
+                    acc = p if acc is None else acc + p
+            return acc if vnni else _maddwd(acc)
         wb = q[j, _vec(g * G, BYTES)]
         ws = _psignb(wb, xq[i, _vec(g * G, BYTES)])
+        if vnni:
+            return _dpbusd(zero, xa[i, _vec(g * G, BYTES)], ws)
         return _maddwd(_maddubs(xa[i, _vec(g * G, BYTES)], ws))
 
     @T.macro

@@ -1,0 +1,122 @@
+"""A/B variants of the CPU matmul kernels, interleaved round by round in one process.
+
+    .venv/bin/python benchmarks/ab_cpu_matmul.py --format f16 --schedule gemv --rows 1,4 \
+        --variant 'lanes8: matmul.matmul_lanes=lambda: 8' --variant 'host:'
+
+Each --variant is `NAME: ATTR=EXPR; ATTR=EXPR ...`, ATTR a name in
+ninfer.kernels.cpu.matmul (`matmul.`) or ninfer.kernels.cpu.qmatmul (`qmatmul.`), EXPR
+evaluated with both modules and MatmulTiles / QTiles in scope; an empty list is the code
+as it stands. Every variant builds the projection shapes of bench_llamacpp's 0.5B model
+(TVM's runtime and thread pool, --threads). gemv: weights cycled through copies that fill
+--stream-mb, GB/s of weights (scales included) read; gemm: --gemm-rows rows, GFLOP/s.
+Variants alternate within each round, so a slow spell of this VM lands on all of them;
+medians and bests of --rounds.
+
+Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
+command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+SHAPES = [(1024, 2048), (1024, 1024), (2048, 1024), (1024, 6144), (3072, 1024)]  # k, n_out
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--format", default="f16", help="float32, f16, bf16, q8g32, q4g64, ...")
+    p.add_argument("--schedule", choices=["gemv", "gemm"], default="gemv")
+    p.add_argument("--rows", default="1", help="comma-separated row counts (gemv)")
+    p.add_argument("--gemm-rows", type=int, default=256)
+    p.add_argument("--variant", action="append", required=True)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--stream-mb", type=int, default=1024)
+    return p.parse_args()
+
+
+def _build(variant: str, specs: list[Any]) -> Any:
+    """The module of `specs` with the variant's attributes set (and restored after)."""
+    from ninfer.kernels import build_cpu_module
+    from ninfer.kernels.cpu import matmul, qmatmul
+
+    scope = {"matmul": matmul, "qmatmul": qmatmul, "MatmulTiles": matmul.MatmulTiles,
+             "QTiles": qmatmul.QTiles}
+    saved = []
+    for assignment in filter(None, (a.strip() for a in variant.split(";"))):
+        target, expr = (s.strip() for s in assignment.split("=", 1))
+        module_name, attr = target.split(".", 1)
+        module = scope[module_name]
+        saved.append((module, attr, getattr(module, attr)))
+        setattr(module, attr, eval(expr, scope))
+    try:
+        return build_cpu_module(specs)
+    finally:
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)
+
+
+def _weights(fmt: str, n: int, k: int, rng: Any) -> list[Any]:
+    """The kernel's weight arguments in `fmt` (quantize.weight_formats' layouts)."""
+    import numpy as np
+
+    from ninfer.quantize.weight_formats import pack
+
+    return list(pack((rng.standard_normal((n, k)) * 0.05).astype(np.float32), fmt).values())
+
+
+def main() -> None:
+    args = _parse()
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    import numpy as np
+    import tvm
+
+    from ninfer.kernels import MatmulSpec
+
+    specs = [MatmulSpec(k=k, n_out=n, wdtype=args.format, schedule=args.schedule)
+             for k, n in SHAPES]
+    variants = {}
+    for v in args.variant:
+        name, _, body = v.partition(":")
+        variants[name.strip()] = _build(body, specs)
+    rng = np.random.default_rng(0)
+    base = [_weights(args.format, s.n_out, s.k, rng) for s in specs]
+    nbytes = sum(a.nbytes for parts in base for a in parts)
+    copies = max(1, (args.stream_mb << 20) // nbytes) if args.schedule == "gemv" else 1
+    weights = [[[tvm.runtime.tensor(a.copy()) for a in parts] for parts in base]
+               for _ in range(copies)]
+    rows = [int(r) for r in args.rows.split(",")] if args.schedule == "gemv" else [args.gemm_rows]
+    results: dict[tuple[str, int], list[float]] = {(v, r): [] for v in variants for r in rows}
+    for _ in range(args.rounds):
+        for r in rows:
+            xs = [tvm.runtime.tensor(rng.standard_normal((r, s.k)).astype(np.float32))
+                  for s in specs]
+            outs = [tvm.runtime.tensor(np.zeros((r, s.n_out), np.float32)) for s in specs]
+            for name, ex in variants.items():
+                fns = [ex[s.name()] for s in specs]
+                t0 = time.perf_counter()
+                for copy in weights:
+                    for fn, x, w, o in zip(fns, xs, copy, outs, strict=True):
+                        fn(x, *w, o)
+                dt = time.perf_counter() - t0
+                if args.schedule == "gemv":
+                    results[(name, r)].append(nbytes * copies / dt / 1e9)
+                else:
+                    results[(name, r)].append(sum(2 * r * s.k * s.n_out for s in specs) / dt / 1e9)
+    unit = "GB/s" if args.schedule == "gemv" else "GFLOP/s"
+    print(f"{args.format} {args.schedule}, threads={args.threads}, {args.rounds} interleaved "
+          f"rounds, {copies} weight copies")
+    for r in rows:
+        for name in variants:
+            v = results[(name, r)]
+            print(f"rows {r:>4}  {name:<24} median {statistics.median(v):7.1f}  best "
+                  f"{max(v):7.1f} {unit}")
+
+
+if __name__ == "__main__":
+    main()
