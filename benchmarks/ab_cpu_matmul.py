@@ -6,9 +6,12 @@
 Each --variant is `NAME: ATTR=EXPR; ATTR=EXPR ...`, ATTR a name in
 ninfer.kernels.cpu.matmul (`matmul.`) or ninfer.kernels.cpu.qmatmul (`qmatmul.`), EXPR
 evaluated with both modules and MatmulTiles / QTiles in scope; an empty list is the code
-as it stands. Every variant builds the projection shapes of bench_llamacpp's 0.5B model
-(TVM's runtime and thread pool, --threads). gemv: weights cycled through copies that fill
---stream-mb, GB/s of weights (scales included) read; gemm: --gemm-rows rows, GFLOP/s.
+as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized
+formats) as it was at git revision REV, fed the weight layout that revision's spec names
+(rows before the panels layout existed). Every variant builds the projection shapes of
+bench_llamacpp's 0.5B model (TVM's runtime and thread pool, --threads). gemv: weights
+cycled through copies that fill --stream-mb, GB/s of weights (scales included) read;
+gemm: --gemm-rows rows, GFLOP/s.
 Variants alternate within each round, so a slow spell of this VM lands on all of them;
 medians and bests of --rounds.
 
@@ -19,6 +22,7 @@ command line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -61,13 +65,38 @@ def _build(variant: str, specs: list[Any]) -> Any:
             setattr(module, attr, value)
 
 
-def _weights(fmt: str, n: int, k: int, rng: Any) -> list[Any]:
-    """The kernel's weight arguments in `fmt` (quantize.weight_formats' layouts)."""
-    import numpy as np
+def _build_rev(rev: str, specs: list[Any]) -> tuple[Any, list[Any]]:
+    """The module compiled from the kernel file at git revision `rev`, and `specs` in the
+    weight layout it takes."""
+    import importlib.util
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
 
-    from ninfer.quantize.weight_formats import pack
+    import tvm
 
-    return list(pack((rng.standard_normal((n, k)) * 0.05).astype(np.float32), fmt).values())
+    from ninfer.kernels.cpu import build
+
+    quantized = specs[0].wdtype.startswith("q")
+    name = "qmatmul" if quantized else "matmul"
+    src = subprocess.run(["git", "show", f"{rev}:compiler/ninfer/kernels/cpu/{name}.py"],
+                         check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / f"_ab_{name}.py"
+    path.write_text(src)
+    modname = f"ninfer.kernels.cpu._ab_{name}_{rev}"
+    spec = importlib.util.spec_from_file_location(modname, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    spec.loader.exec_module(module)
+    layout = "panels" if "spec.layout" in src else "rows"
+    specs = [dataclasses.replace(s, layout=layout) for s in specs]
+    funcs = {s.name(): getattr(module, name)(s).with_attr("global_symbol", s.name())
+             for s in specs}
+    with tvm.transform.PassContext(config=build._PASS_CONFIG):
+        ex = tvm.compile(tvm.IRModule(funcs), target=build.cpu_target())
+    return ex, specs
 
 
 def main() -> None:
@@ -77,19 +106,29 @@ def main() -> None:
     import tvm
 
     from ninfer.kernels import MatmulSpec
+    from ninfer.quantize.weight_formats import format_info, pack, packed_nbytes
 
-    specs = [MatmulSpec(k=k, n_out=n, wdtype=args.format, schedule=args.schedule)
-             for k, n in SHAPES]
-    variants = {}
+    layout = "rows" if format_info(args.format).quantized else "panels"
+    specs = [MatmulSpec(k=k, n_out=n, wdtype=args.format, schedule=args.schedule,
+                        layout=layout) for k, n in SHAPES]
+    variants = {}  # name -> (executable, its specs)
     for v in args.variant:
         name, _, body = v.partition(":")
-        variants[name.strip()] = _build(body, specs)
+        body = body.strip()
+        if body.startswith("@"):
+            variants[name.strip()] = _build_rev(body[1:], specs)
+        else:
+            variants[name.strip()] = (_build(body, specs), specs)
     rng = np.random.default_rng(0)
-    base = [_weights(args.format, s.n_out, s.k, rng) for s in specs]
-    nbytes = sum(a.nbytes for parts in base for a in parts)
-    copies = max(1, (args.stream_mb << 20) // nbytes) if args.schedule == "gemv" else 1
-    weights = [[[tvm.runtime.tensor(a.copy()) for a in parts] for parts in base]
-               for _ in range(copies)]
+    w_rows = [(rng.standard_normal((s.n_out, s.k)) * 0.05).astype(np.float32) for s in specs]
+    weights: dict[str, list[list[list[Any]]]] = {}  # layout -> copies of every spec's parts
+    # GB/s count the weights' bytes (scales included) without a layout's padding
+    wbytes = sum(packed_nbytes(args.format, s.n_out, s.k) for s in specs)
+    copies = max(1, (args.stream_mb << 20) // wbytes) if args.schedule == "gemv" else 1
+    for vlayout in sorted({vs[0].layout for _, vs in variants.values()}):
+        base = [list(pack(w, args.format, vlayout).values()) for w in w_rows]
+        weights[vlayout] = [[[tvm.runtime.tensor(a.copy()) for a in parts] for parts in base]
+                            for _ in range(copies)]
     rows = [int(r) for r in args.rows.split(",")] if args.schedule == "gemv" else [args.gemm_rows]
     results: dict[tuple[str, int], list[float]] = {(v, r): [] for v in variants for r in rows}
     for _ in range(args.rounds):
@@ -97,15 +136,16 @@ def main() -> None:
             xs = [tvm.runtime.tensor(rng.standard_normal((r, s.k)).astype(np.float32))
                   for s in specs]
             outs = [tvm.runtime.tensor(np.zeros((r, s.n_out), np.float32)) for s in specs]
-            for name, ex in variants.items():
-                fns = [ex[s.name()] for s in specs]
+            for name, (ex, vspecs) in variants.items():
+                fns = [ex[s.name()] for s in vspecs]
+                copies_of = weights[vspecs[0].layout]
                 t0 = time.perf_counter()
-                for copy in weights:
+                for copy in copies_of:
                     for fn, x, w, o in zip(fns, xs, copy, outs, strict=True):
                         fn(x, *w, o)
                 dt = time.perf_counter() - t0
                 if args.schedule == "gemv":
-                    results[(name, r)].append(nbytes * copies / dt / 1e9)
+                    results[(name, r)].append(wbytes * len(copies_of) / dt / 1e9)
                 else:
                     results[(name, r)].append(sum(2 * r * s.k * s.n_out for s in specs) / dt / 1e9)
     unit = "GB/s" if args.schedule == "gemv" else "GFLOP/s"

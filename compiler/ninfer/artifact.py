@@ -32,7 +32,7 @@ from ninfer.frontend.generation_config import generation_defaults
 from ninfer.frontend.graph import ModelGraph, WeightSpec, rope_tables
 from ninfer.frontend.model import FrontendModel
 from ninfer.frontend.output_formats import detect_output_parsers
-from ninfer.plan import Plan, weight_format
+from ninfer.plan import FORMAT_WDTYPES, Plan, weight_format, weight_layout
 from ninfer.quantize.weight_formats import pack, part_layout
 from ninfer.targets import Target
 
@@ -78,10 +78,11 @@ def pending_tensors(model: FrontendModel, plan: Plan) -> list[PendingTensor]:
     tensors: list[PendingTensor] = []
     for w in graph.weights:
         fmt = weight_format(w, plan.weights)
-        if fmt == "f32":
+        layout = weight_layout(w, plan)
+        if fmt == "f32" and layout == "rows":
             tensors.append(PendingTensor(w.name, w.shape, loader(w)))
         else:
-            tensors += _packed_tensors(w, fmt, loader(w))
+            tensors += _packed_tensors(w, FORMAT_WDTYPES[fmt], layout, loader(w))
     return tensors + _rope_tensors(graph, plan.limits.max_context)
 
 
@@ -92,22 +93,23 @@ def _rope_tensors(graph: ModelGraph, ctx: int) -> list[PendingTensor]:
             PendingTensor("rope_sin", half, lambda: rope_tables(cfg.rope, cfg.head_dim, ctx)[1])]
 
 
-def _packed_tensors(w: WeightSpec, fmt: str, load: Callable[[], np.ndarray]
+def _packed_tensors(w: WeightSpec, wdtype: str, layout: str, load: Callable[[], np.ndarray]
                     ) -> list[PendingTensor]:
-    """The stored parts of a quantized weight; packed once, when its first part is
-    written (parts are written one after the other, so one packed weight is held)."""
+    """The stored parts of a weight in a format other than row-major float32; packed once,
+    when its first part is written (parts are written one after the other, so one packed
+    weight is held)."""
     n_out, k = w.shape
-    layout = part_layout(fmt, n_out, k)
+    parts = part_layout(wdtype, n_out, k, layout)
     cache: dict[str, np.ndarray] = {}
 
     def part(name: str) -> Callable[[], np.ndarray]:
         def get() -> np.ndarray:
             if not cache:
-                cache.update(pack(load(), fmt))
+                cache.update(pack(load(), wdtype, layout))
             return cache.pop(name)
         return get
 
-    single = len(layout) == 1
+    single = len(parts) == 1
     return [PendingTensor(w.name if single else f"{w.name}.{name}", tuple(shape), part(name),
                           ARTIFACT_DTYPES[str(np.dtype(dtype))])
-            for name, dtype, shape in layout]
+            for name, dtype, shape in parts]

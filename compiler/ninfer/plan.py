@@ -6,7 +6,7 @@ A configuration that cannot fit fails here, with the numbers.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -191,15 +191,35 @@ def weight_format(w: WeightSpec, formats: WeightFormats) -> str:
     return formats.of(role) if role else "f32"
 
 
-def weight_bytes(w: WeightSpec, formats: WeightFormats) -> int:
-    """Bytes a weight takes in the artifact and in memory in its format."""
-    fmt = weight_format(w, formats)
-    if fmt == "f32":
+def matmul_layout(target: Target, wdtype: str) -> Literal["rows", "panels"]:
+    """Storage layout of a matmul weight (quantize.weight_formats): float weights for the
+    CPU are stored in 64-column panels (what kernels/cpu/matmul.py takes), the rest by rows."""
+    from ninfer.quantize.weight_formats import format_info
+
+    return "rows" if target.is_cuda or format_info(wdtype).quantized else "panels"
+
+
+def weight_layout(w: WeightSpec, plan: Plan) -> str:
+    """The layout `plan`'s kernels take `w` in ("rows" for weights that feed no matmul)."""
+    role = matmul_role(w)
+    if role is None:
+        return "rows"
+    spec = plan.kernels[f"{role}_gemv"]
+    assert isinstance(spec, MatmulSpec)
+    return spec.layout
+
+
+def weight_bytes(w: WeightSpec, formats: WeightFormats, target: Target) -> int:
+    """Bytes a weight takes in the artifact and in memory in its format and layout."""
+    role = matmul_role(w)
+    if role is None:
         return 4 * _numel(w.shape)
     from ninfer.quantize.weight_formats import part_layout
 
     n_out, k = w.shape
-    return sum(np.dtype(dt).itemsize * _numel(sh) for _, dt, sh in part_layout(fmt, n_out, k))
+    wdtype = formats.wdtype(role)
+    return sum(np.dtype(dt).itemsize * _numel(sh)
+               for _, dt, sh in part_layout(wdtype, n_out, k, matmul_layout(target, wdtype)))
 
 
 def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
@@ -216,7 +236,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                "kr": kv_dim, "v": kv_dim, "att": q_dim, "o": h, "gu": 2 * inter,
                "act": inter}
     chunk, conc = limits.prefill_chunk, limits.max_concurrency
-    weights_bytes = sum(weight_bytes(w, weights) for w in graph.weights)
+    weights_bytes = sum(weight_bytes(w, weights, target) for w in graph.weights)
     weights_bytes += 2 * 4 * limits.max_context * (d // 2)  # rope tables
     activation_bytes = 4 * (chunk * sum(buffers.values()) + conc * (h + v))
     sampler = (SamplerSpec(v, conc, conc * min(v, limits.max_context + SAMPLER_EXTRA_EDITS),
@@ -250,6 +270,11 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     memory = MemoryPlan(weights_bytes, blocks * block_bytes, activation_bytes,
                         workspace_bytes=workspace_bytes, budget_bytes=target.memory_bytes)
 
+    def _matmul(k: int, n: int, b: bool, schedule: Literal["gemv", "gemm"], role: str
+                ) -> MatmulSpec:
+        wdtype = weights.wdtype(role)
+        return MatmulSpec(k, n, b, schedule, wdtype, matmul_layout(target, wdtype))
+
     # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats)
     rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0
     kernels: dict[str, KernelSpec] = {
@@ -265,17 +290,17 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         "silu_mul": SiluMulSpec(inter),
         "add": AddSpec(h),
         "gather": EmbeddingSpec(chunk, h),  # rows whose logits are wanted
-        "lm_head_gemv": MatmulSpec(h, v, False, "gemv", weights.wdtype("lm_head")),
+        "lm_head_gemv": _matmul(h, v, False, "gemv", "lm_head"),
     }
     if sampler:  # CUDA samples on the device, after the LM head (kernels/cuda/sampler.py)
         kernels["sampler"] = sampler
     if conc > limits.gemv_max_rows:
-        kernels["lm_head_gemm"] = MatmulSpec(h, v, False, "gemm", weights.wdtype("lm_head"))
+        kernels["lm_head_gemm"] = _matmul(h, v, False, "gemm", "lm_head")
     for role, k, n, b in (("q", h, q_dim, bias), ("k", h, kv_dim, bias), ("v", h, kv_dim, bias),
                           ("o", q_dim, h, False), ("gate_up", h, 2 * inter, False),
                           ("down", inter, h, False)):
-        kernels[f"{role}_gemv"] = MatmulSpec(k, n, b, "gemv", weights.wdtype(role))
-        kernels[f"{role}_gemm"] = MatmulSpec(k, n, b, "gemm", weights.wdtype(role))
+        kernels[f"{role}_gemv"] = _matmul(k, n, b, "gemv", role)
+        kernels[f"{role}_gemm"] = _matmul(k, n, b, "gemm", role)
     if not graph.traits.qk_norm:
         del kernels["head_norm"]
 

@@ -58,6 +58,11 @@ class Case:
         return f"{self.spec.name()}-n{self.n}"
 
 
+def _mm(**kw: object) -> MatmulSpec:
+    """A float matmul in the layout the CPU kernels take."""
+    return MatmulSpec(**kw, layout="panels")  # type: ignore[arg-type]
+
+
 CASES = [
     Case(EmbeddingSpec(vocab=1000, hidden=72), 1),
     Case(EmbeddingSpec(vocab=1000, hidden=72), 33),
@@ -66,17 +71,21 @@ CASES = [
     Case(RMSNormSpec(hidden=72, eps=1e-6), 33),
     Case(RMSNormSpec(hidden=1024, eps=1e-5), 7),
     Case(RMSNormSpec(hidden=128, eps=1e-6), 7 * 16),  # per-head q/k norm: rows = tokens*heads
-    Case(MatmulSpec(k=200, n_out=72), 1),
-    Case(MatmulSpec(k=200, n_out=72, bias=True), 7),
-    Case(MatmulSpec(k=1024, n_out=3072), 1),
-    Case(MatmulSpec(k=203, n_out=74, bias=True), 3),  # k and n_out tails
-    Case(MatmulSpec(k=1024, n_out=96, schedule="gemm"), 1),
-    Case(MatmulSpec(k=200, n_out=72, bias=True, schedule="gemm"), 7),
-    Case(MatmulSpec(k=200, n_out=72, bias=True, schedule="gemm"), 33),
-    Case(MatmulSpec(k=2100, n_out=520, schedule="gemm"), 70),  # 3 k blocks, 3 row blocks
-    Case(MatmulSpec(k=5, n_out=2, bias=True), 3),  # smaller than one vector / one tile
-    Case(MatmulSpec(k=5, n_out=2, bias=True, schedule="gemm"), 5),
-    Case(MatmulSpec(k=203, n_out=74, schedule="gemm"), 33),
+    Case(_mm(k=200, n_out=72), 1),
+    Case(_mm(k=200, n_out=72, bias=True), 7),
+    Case(_mm(k=1024, n_out=3072), 1),
+    Case(_mm(k=203, n_out=74, bias=True), 3),  # k and n_out tails
+    Case(_mm(k=1024, n_out=96, schedule="gemm"), 1),
+    Case(_mm(k=200, n_out=72, bias=True, schedule="gemm"), 7),
+    Case(_mm(k=200, n_out=72, bias=True, schedule="gemm"), 33),
+    Case(_mm(k=2100, n_out=520, schedule="gemm"), 70),  # 3 k blocks, 3 row blocks
+    Case(_mm(k=5, n_out=2, bias=True), 3),  # smaller than one vector / one tile
+    Case(_mm(k=5, n_out=2, bias=True, schedule="gemm"), 5),
+    Case(_mm(k=203, n_out=74, schedule="gemm"), 33),
+    Case(_mm(k=256, n_out=64 * 9 + 10, bias=True), 1),  # 4 streams, one left, a tail panel
+    Case(_mm(k=256, n_out=64 * 9 + 10, bias=True), 2),  # 3 streams
+    Case(_mm(k=256, n_out=64 * 9 + 10, bias=True, wdtype="f16"), 3),  # 2 streams
+    Case(_mm(k=1100, n_out=192, wdtype="f16"), 8),  # k blocks: a 6-row tile and 2 rows
     Case(RopeSpec(heads=4, head_dim=64, max_pos=512), 1),
     Case(RopeSpec(heads=4, head_dim=64, max_pos=512), 33),
     Case(RopeSpec(heads=3, head_dim=128, max_pos=64), 7),
@@ -321,6 +330,7 @@ def test_matches_reference(kernels: tvm.runtime.Executable, case: Case) -> None:
 
 def test_spec_names_are_c_identifiers() -> None:
     assert MatmulSpec(k=1024, n_out=3072, bias=True).name() == "matmul_k1024_n3072_f32_bias_gemv"
+    assert _mm(k=64, n_out=8, wdtype="f16").name() == "matmul_k64_n8_f16_p64_gemv"
     assert RMSNormSpec(hidden=72, eps=1e-6).name() == "rmsnorm_h72_eps1em06_f32"
     assert RMSNormSpec(hidden=72, eps=2.5e-7).name() == "rmsnorm_h72_eps2p5em07_f32"
     specs = {case.spec for case in CASES}
@@ -336,6 +346,8 @@ def test_spec_names_are_c_identifiers() -> None:
         lambda: AttentionSpec(4, 4, 64, 64, 0, 2, 9),
         lambda: MatmulSpec(k=64, n_out=64, schedule="tiled"),
         lambda: MatmulSpec(k=64, n_out=64, wdtype="int4"),
+        lambda: MatmulSpec(k=64, n_out=64, wdtype="q8g32", layout="panels"),
+        lambda: MatmulSpec(k=64, n_out=64, layout="columns"),  # type: ignore[arg-type]
         lambda: RopeSpec(heads=2, head_dim=63, max_pos=8),
         lambda: RMSNormSpec(hidden=0, eps=1e-6),
     ],
@@ -359,8 +371,8 @@ ALLOWED_UNDEFINED = {
 ONE_PER_FAMILY = [
     EmbeddingSpec(vocab=1000, hidden=72),
     RMSNormSpec(hidden=72, eps=1e-6),
-    MatmulSpec(k=200, n_out=72, bias=True),
-    MatmulSpec(k=200, n_out=72, schedule="gemm"),
+    _mm(k=200, n_out=72, bias=True),
+    _mm(k=200, n_out=72, schedule="gemm"),
     RopeSpec(heads=4, head_dim=64, max_pos=512),
     SiluMulSpec(inter=72),
     AddSpec(hidden=72),
@@ -384,35 +396,43 @@ def test_object_exports_every_kernel(tmp_path: Path) -> None:
     assert undefined <= ALLOWED_UNDEFINED, f"unexpected undefined: {undefined - ALLOWED_UNDEFINED}"
 
 
-@pytest.mark.parametrize("lanes", [8, 16])
+@pytest.mark.parametrize("wdtype", ["float32", "bf16"])
 def test_matmul_rows_are_bitwise_the_same_in_gemv_and_gemm(monkeypatch: pytest.MonkeyPatch,
-                                                            lanes: int) -> None:
-    """Batch invariance: a row's result does not depend on the schedule or the other rows
-    (k = 2100 spans three k blocks, n_out = 74 has a column tail), at both vector widths
-    (16 lanes and the 6 x 4 gemm tile on AVX-512 hosts; 8 and 4 x 3 elsewhere): each is
-    built here whatever the host, LLVM splitting 16 lanes where they do not fit."""
+                                                            wdtype: str) -> None:
+    """Batch invariance: a row's result does not depend on the schedule, on the other rows
+    or on the vector width (k = 2100 spans several k blocks; n_out = 138 is two full
+    panels and a padded one). Both widths are built here
+    whatever the host (8 lanes with the 6 x 2 tile, 16 with 6 x 4; LLVM splits 16 lanes
+    where they do not fit), and every row count from 1 to 9 in both schedules must give
+    the bits of the 9-row gemm, which is within TOL of float64."""
     from ninfer.kernels.cpu import matmul
+    from ninfer.quantize import weight_formats as quant
 
-    monkeypatch.setattr(matmul, "matmul_lanes", lambda: lanes)
-    gemv, gemm = MatmulSpec(2100, 74, True, "gemv"), MatmulSpec(2100, 74, True, "gemm")
-    ex = build_cpu_module([gemv, gemm])
+    k, n_out = 2100, 64 * 2 + 10
+    specs = [_mm(k=k, n_out=n_out, bias=True, schedule=s, wdtype=wdtype)
+             for s in ("gemv", "gemm")]
+    builds = {}
+    for lanes in (8, 16):
+        monkeypatch.setattr(matmul, "matmul_lanes", lambda lanes=lanes: lanes)
+        builds[lanes] = build_cpu_module(specs)
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((9, 2100)).astype(np.float32)
-    w = rng.standard_normal((74, 2100)).astype(np.float32)
-    b = rng.standard_normal(74).astype(np.float32)
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    w = rng.standard_normal((n_out, k)).astype(np.float32)
+    b = rng.standard_normal(n_out).astype(np.float32)
+    wp = quant.pack(w, wdtype, "panels")["w"]
 
-    def run(spec: MatmulSpec, rows: np.ndarray) -> np.ndarray:
-        out = tvm.runtime.tensor(np.zeros((len(rows), 74), np.float32))
-        ex[spec.name()](*(tvm.runtime.tensor(a) for a in (rows, w, b)), out)
+    def run(ex: tvm.runtime.Executable, spec: MatmulSpec, rows: np.ndarray) -> np.ndarray:
+        out = tvm.runtime.tensor(np.zeros((len(rows), n_out), np.float32))
+        ex[spec.name()](*(tvm.runtime.tensor(a) for a in (rows, wp, b)), out)
         return out.numpy()
 
-    batched = run(gemm, x)
-    ref = x.astype(np.float64) @ w.T.astype(np.float64) + b
+    batched = run(builds[16], specs[1], x)
+    wd = quant.dequantize({"w": wp}, wdtype, k, "panels", n_out).astype(np.float64)
+    ref = x.astype(np.float64) @ wd.T + b
     assert np.linalg.norm(batched - ref) / np.linalg.norm(ref) <= TOL
-    for i in range(len(x)):
-        assert np.array_equal(run(gemv, x[i : i + 1])[0], batched[i])
-        assert np.array_equal(run(gemm, x[i : i + 1])[0], batched[i])
-    assert np.array_equal(run(gemv, x[:3]), batched[:3])  # a row triple
-    assert np.array_equal(run(gemv, x[:4]), batched[:4])  # two pairs
-    assert np.array_equal(run(gemv, x), batched)  # three pairs and a triple
-    assert np.array_equal(run(gemm, x[:7]), batched[:7])  # a 4-row tile, a pair, one; or 6, 1
+    for ex in builds.values():
+        for spec in specs:
+            for i in range(len(x)):
+                assert np.array_equal(run(ex, spec, x[i : i + 1])[0], batched[i])
+            for n in range(2, len(x) + 1):
+                assert np.array_equal(run(ex, spec, x[:n]), batched[:n]), (spec.name(), n)

@@ -42,12 +42,18 @@ SHAPES = {
 ROWS = [1, 3, 7, 33]
 
 
+def _spec(k: int, n_out: int, bias: bool, schedule: str, fmt: str) -> MatmulSpec:
+    """A matmul in the layout the CPU kernels take (panels for float formats)."""
+    layout = "rows" if quant.format_info(fmt).quantized else "panels"
+    return MatmulSpec(k, n_out, bias, schedule, fmt, layout)  # type: ignore[arg-type]
+
+
 def _cases() -> list[tuple[MatmulSpec, int]]:
     cases = []
     for fmt in FORMATS:
         for idx, (k, n_out) in enumerate(SHAPES[fmt]):
             for schedule in ("gemv", "gemm"):
-                spec = MatmulSpec(k, n_out, bias=idx == 1, schedule=schedule, wdtype=fmt)
+                spec = _spec(k, n_out, idx == 1, schedule, fmt)
                 cases += [(spec, n) for n in ROWS]
     return cases
 
@@ -68,8 +74,9 @@ def _weights(rng: np.random.Generator, n_out: int, k: int) -> np.ndarray:
 
 def _inputs(spec: MatmulSpec, n: int, rng: np.random.Generator) -> list[np.ndarray]:
     x = rng.standard_normal((n, spec.k)).astype(np.float32)
-    parts = quant.pack(_weights(rng, spec.n_out, spec.k), spec.wdtype)
-    args = [x] + [parts[name] for name, _, _ in quant.part_layout(spec.wdtype, spec.n_out, spec.k)]
+    parts = quant.pack(_weights(rng, spec.n_out, spec.k), spec.wdtype, spec.layout)
+    layout = quant.part_layout(spec.wdtype, spec.n_out, spec.k, spec.layout)
+    args = [x] + [parts[name] for name, _, _ in layout]
     if spec.bias:
         args.append(rng.standard_normal(spec.n_out).astype(np.float32))
     return args
@@ -99,8 +106,8 @@ def test_rows_are_bitwise_the_same_in_gemv_and_gemm(kernels: tvm.runtime.Executa
     """Batch invariance: a row's result depends neither on the schedule nor on the other
     rows (k spans three k blocks, n_out = 74 has column tails in both schedules)."""
     k, n_out = SHAPES[fmt][1]
-    gemv = MatmulSpec(k, n_out, True, "gemv", fmt)
-    gemm = MatmulSpec(k, n_out, True, "gemm", fmt)
+    gemv = _spec(k, n_out, True, "gemv", fmt)
+    gemm = _spec(k, n_out, True, "gemm", fmt)
     args = _inputs(gemm, 37, np.random.default_rng(3))
     x, rest = args[0], args[1:]
     batched = _run(kernels, gemm, args)
@@ -122,7 +129,7 @@ def test_vnni_and_avx2_group_dots_give_the_same_bits(monkeypatch: pytest.MonkeyP
     if not qmatmul.use_vnni():
         pytest.skip("this host has no AVX-VNNI: only the vpmaddubsw path can run")
     k, n_out = SHAPES[fmt][1]
-    specs = [MatmulSpec(k, n_out, True, s, fmt) for s in ("gemv", "gemm")]
+    specs = [_spec(k, n_out, True, s, fmt) for s in ("gemv", "gemm")]
     args = _inputs(specs[1], 9, np.random.default_rng(5))
     vnni = build_cpu_module(specs)
     monkeypatch.setattr(qmatmul, "use_vnni", lambda: False)
@@ -141,13 +148,13 @@ ACCURACY_BOUND = {"f16": 4e-4, "bf16": 3e-3, "q8g32": 1e-2, "q4g64": 0.11, "q4g1
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_accuracy_against_unquantized_matmul(kernels: tvm.runtime.Executable, fmt: str) -> None:
     k, n_out = SHAPES[fmt][1]
-    spec = MatmulSpec(k, n_out, True, "gemv", fmt)
+    spec = _spec(k, n_out, True, "gemv", fmt)
     rng = np.random.default_rng(11)
     w = rng.standard_normal((n_out, k)).astype(np.float32)
     x = rng.standard_normal((7, k)).astype(np.float32)
     b = rng.standard_normal(n_out).astype(np.float32)
-    parts = quant.pack(w, fmt)
-    names = [name for name, _, _ in quant.part_layout(fmt, n_out, k)]
+    parts = quant.pack(w, fmt, spec.layout)
+    names = [name for name, _, _ in quant.part_layout(fmt, n_out, k, spec.layout)]
     out = _run(kernels, spec, [x, *(parts[p] for p in names), b])
     exact = x.astype(np.float64) @ w.T.astype(np.float64)
     err = np.linalg.norm(out - b - exact) / np.linalg.norm(exact)
@@ -187,6 +194,30 @@ def test_pack_matches_part_layout(fmt: str) -> None:
     spec = MatmulSpec(256, 13, wdtype=fmt)
     sig = [(a.name, a.dtype, a.shape) for a in spec.signature()[1:-1]]
     assert sig == [("w" if n == "w" else f"w_{n}", d, s) for n, d, s in layout]
+
+
+@pytest.mark.parametrize("fmt", ["float32", "f16", "bf16"])
+@pytest.mark.parametrize("n_out", [13, 64, 130])
+def test_panels_layout(fmt: str, n_out: int) -> None:
+    """w_panels[p, k, c] = w[64 p + c, k] with zero padding rows, and back; the spec's
+    weight argument has the same shape; quantized formats have no panels layout."""
+    w = _weights(np.random.default_rng(4), n_out, 96)
+    rows = quant.pack(w, fmt)["w"]
+    panels = quant.pack(w, fmt, "panels")["w"]
+    ((_, dtype, shape),) = quant.part_layout(fmt, n_out, 96, "panels")
+    assert panels.shape == shape == (-(-n_out // 64), 96, 64) and panels.dtype == dtype
+    assert panels.flags.c_contiguous
+    for j in (0, n_out // 2, n_out - 1):
+        assert np.array_equal(panels[j // 64, :, j % 64], rows[j])
+    assert not np.any(panels.transpose(0, 2, 1).reshape(-1, 96)[n_out:])
+    assert np.array_equal(quant.dequantize({"w": panels}, fmt, 96, "panels", n_out),
+                          quant.dequantize({"w": rows}, fmt, 96))
+    spec = MatmulSpec(96, n_out, wdtype=fmt, layout="panels")
+    assert [(a.name, a.dtype, a.shape) for a in spec.signature()[1:-1]] == [("w", dtype, shape)]
+    with pytest.raises(ValueError, match="panels layout needs n_out"):
+        quant.dequantize({"w": panels}, fmt, 96, "panels")
+    with pytest.raises(ValueError, match="float formats only"):
+        quant.part_layout("q8g32", n_out, 96, "panels")
 
 
 def test_bytes_per_weight() -> None:

@@ -43,9 +43,9 @@ def matmul(spec: MatmulSpec, x: np.ndarray, *weight_and_bias: np.ndarray) -> np.
     """x @ w.T (+ bias) with w dequantized from its parts (quant.dequantize); for
     group-quantized formats x is first rounded as the kernels round it
     (quant.activation_roundtrip), so the kernels match this up to float32 rounding."""
-    layout = quant.part_layout(spec.wdtype, spec.n_out, spec.k)
+    layout = quant.part_layout(spec.wdtype, spec.n_out, spec.k, spec.layout)
     parts = {name: arr for (name, _, _), arr in zip(layout, weight_and_bias, strict=False)}
-    w = quant.dequantize(parts, spec.wdtype, spec.k)
+    w = quant.dequantize(parts, spec.wdtype, spec.k, spec.layout, spec.n_out)
     out = _f64(quant.activation_roundtrip(x, spec.wdtype)) @ _f64(w).T
     if spec.bias:
         out += _f64(weight_and_bias[len(layout)])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from ninfer.quantize.kv_formats import KV_DTYPES, check_head_dim, pool_parts, rotation_block
-from ninfer.quantize.weight_formats import WEIGHT_FORMATS, check_k, part_layout
+from ninfer.quantize.weight_formats import WEIGHT_FORMATS, check_k, check_layout, part_layout
 
 Dim = int | str
 ArgKind = Literal["tensor", "scalar"]
@@ -129,7 +129,9 @@ class MatmulSpec:
     "gemm" for prefill chunks. Both are correct for any n >= 1, and give a row bitwise
     the same result. `wdtype` is the weight format (quantize.weight_formats): float32, f16, bf16, or
     group-quantized q8g32 / q4g64 / q4g128 (k a multiple of the group; the kernels then
-    also round x to int8 per group, see quant.quantize_activations).
+    also round x to int8 per group, see quant.quantize_activations). `layout` is the
+    weight's storage layout (quant.part_layout): "rows" ([n_out, k]) or, for float formats,
+    "panels" (64-column panels, what the CPU kernels take).
     """
 
     family: ClassVar[str] = "matmul"
@@ -138,24 +140,27 @@ class MatmulSpec:
     bias: bool = False
     schedule: Literal["gemv", "gemm"] = "gemv"
     wdtype: str = "float32"
+    layout: Literal["rows", "panels"] = "rows"
 
     def __post_init__(self) -> None:
         _require_positive(self, "k", "n_out")
         _require_wdtype(self, self.wdtype)
         check_k(self.wdtype, self.k)
+        check_layout(self.wdtype, self.layout)
         if self.schedule not in ("gemv", "gemm"):
             raise ValueError(f"MatmulSpec.schedule must be 'gemv' or 'gemm', got {self.schedule!r}")
 
     def name(self) -> str:
         bias = "_bias" if self.bias else ""
         code = _DTYPE_CODES[self.wdtype]
-        return f"matmul_k{self.k}_n{self.n_out}_{code}{bias}_{self.schedule}"
+        panels = "_p64" if self.layout == "panels" else ""
+        return f"matmul_k{self.k}_n{self.n_out}_{code}{panels}{bias}_{self.schedule}"
 
     def signature(self) -> list[Arg]:
         # The weight's parts in quantize.weight_formats.part_layout order: "w" for float formats,
         # "w_q", "w_scales" for group-quantized ones.
         args = [_tensor("x", "float32", "n", self.k)]
-        for part, dtype, shape in part_layout(self.wdtype, self.n_out, self.k):
+        for part, dtype, shape in part_layout(self.wdtype, self.n_out, self.k, self.layout):
             args.append(_tensor("w" if part == "w" else f"w_{part}", dtype, *shape))
         if self.bias:
             args.append(_tensor("bias", "float32", self.n_out))

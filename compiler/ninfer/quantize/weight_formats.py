@@ -31,6 +31,12 @@ and no zero point: w[j, k] ~= d * q[j, k], g = k // G. k must be a multiple of G
   d may therefore be negative.
 - f16: round to nearest even; bf16: the top 16 bits of the float32, rounded to nearest
   even (NaN stays NaN).
+
+Float formats also have a "panels" layout (the CPU target's): the single part w is
+[ceil(n_out / 64), k, 64], w_panels[p, k, c] = w[64 p + c, k], rows beyond n_out zero. A
+panel's 64 output columns are then contiguous for each k, so the CPU kernels load them as
+vectors and broadcast x (an outer product): each output is one sequential chain over k,
+whatever the number of rows (kernels/cpu/matmul.py). "rows" is the [n_out, k] layout above.
 - Values whose float16 (or scale) would overflow are rejected, not turned into inf.
 
 The CPU kernels for q8/q4 also round the activations (the CUDA ones keep them float32):
@@ -51,6 +57,8 @@ from dataclasses import dataclass
 import numpy as np
 
 WEIGHT_FORMATS = ("float32", "f16", "bf16", "q8g32", "q4g64", "q4g128")
+LAYOUTS = ("rows", "panels")
+PANEL = 64  # output columns per panel of the "panels" layout
 
 _F16_MAX = 65504.0
 _CHUNK = 1 << 22  # weights per packing step (bounds the float64 temporaries)
@@ -101,16 +109,26 @@ def check_k(fmt: str, k: int) -> None:
         )
 
 
-def part_layout(fmt: str, n_out: int, k: int) -> list[tuple[str, str, tuple[int, ...]]]:
+def check_layout(fmt: str, layout: str) -> None:
+    """Raise ValueError unless `fmt` can be stored in `layout`."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown weight layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    if layout == "panels" and format_info(fmt).quantized:
+        raise ValueError(f"{fmt}: the panels layout is for float formats only")
+
+
+_FLOAT_STORAGE = {"float32": "float32", "f16": "float16", "bf16": "uint16"}
+
+
+def part_layout(fmt: str, n_out: int, k: int, layout: str = "rows"
+                ) -> list[tuple[str, str, tuple[int, ...]]]:
     """(part name, numpy dtype, shape) of every stored array, in kernel-argument order."""
     check_k(fmt, k)
+    check_layout(fmt, layout)
     info = format_info(fmt)
-    if fmt == "float32":
-        return [("w", "float32", (n_out, k))]
-    if fmt == "f16":
-        return [("w", "float16", (n_out, k))]
-    if fmt == "bf16":
-        return [("w", "uint16", (n_out, k))]
+    if not info.quantized:
+        shape = (n_out, k) if layout == "rows" else (-(-n_out // PANEL), k, PANEL)
+        return [("w", _FLOAT_STORAGE[fmt], shape)]
     q = ("q", "int8", (n_out, k)) if info.bits == 8 else ("q", "uint8", (n_out, k // 2))
     return [q, ("scales", "float16", (n_out, k // info.group))]
 
@@ -123,11 +141,11 @@ def bytes_per_weight(fmt: str) -> float:
     return info.bits / 8 + 2 / info.group
 
 
-def packed_nbytes(fmt: str, n_out: int, k: int) -> int:
+def packed_nbytes(fmt: str, n_out: int, k: int, layout: str = "rows") -> int:
     """Total bytes of all parts of one [n_out, k] weight."""
     return sum(
         int(np.prod(shape)) * np.dtype(dtype).itemsize
-        for _, dtype, shape in part_layout(fmt, n_out, k)
+        for _, dtype, shape in part_layout(fmt, n_out, k, layout)
     )
 
 
@@ -183,23 +201,46 @@ def _q4_groups(wg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, np.where(use_neg, d_neg, d_sym)
 
 
-def pack(w: np.ndarray, fmt: str) -> dict[str, np.ndarray]:
+def _to_panels(w: np.ndarray) -> np.ndarray:
+    """[n_out, k] -> [ceil(n_out / PANEL), k, PANEL], rows beyond n_out zero."""
+    n_out, k = w.shape
+    panels = -(-n_out // PANEL)
+    out = np.zeros((panels, k, PANEL), w.dtype)
+    full = n_out // PANEL
+    out[:full] = w[: full * PANEL].reshape(full, PANEL, k).transpose(0, 2, 1)
+    if full < panels:
+        out[full, :, : n_out - full * PANEL] = w[full * PANEL :].T
+    return out
+
+
+def _from_panels(panels: np.ndarray, n_out: int) -> np.ndarray:
+    """Inverse of _to_panels."""
+    p, k, c = panels.shape
+    return np.ascontiguousarray(panels.transpose(0, 2, 1).reshape(p * c, k)[:n_out])
+
+
+def _float_rows(w: np.ndarray, fmt: str) -> np.ndarray:
+    if fmt == "float32":
+        return np.ascontiguousarray(w, np.float32)
+    if fmt == "f16":
+        _check_finite_f16("f16 weight", w)
+        return np.ascontiguousarray(w, np.float16)
+    return _bf16_bits(np.asarray(w, np.float32))
+
+
+def pack(w: np.ndarray, fmt: str, layout: str = "rows") -> dict[str, np.ndarray]:
     """Pack a [n_out, k] float weight into the parts of `fmt` (see the module docstring)."""
     w = np.asarray(w)
     if w.ndim != 2:
         raise ValueError(f"pack: weight must be 2-D [n_out, k], got shape {w.shape}")
     n_out, k = w.shape
-    layout = part_layout(fmt, n_out, k)
-    if fmt == "float32":
-        return {"w": np.ascontiguousarray(w, np.float32)}
-    if fmt == "f16":
-        _check_finite_f16("f16 weight", w)
-        return {"w": np.ascontiguousarray(w, np.float16)}
-    if fmt == "bf16":
-        return {"w": _bf16_bits(np.asarray(w, np.float32))}
+    parts_layout = part_layout(fmt, n_out, k, layout)
     info = format_info(fmt)
+    if not info.quantized:
+        stored = _float_rows(w, fmt)
+        return {"w": stored if layout == "rows" else _to_panels(stored)}
     G = info.group
-    parts = {name: np.empty(shape, dtype) for name, dtype, shape in layout}
+    parts = {name: np.empty(shape, dtype) for name, dtype, shape in parts_layout}
     rows = max(1, _CHUNK // k)
     for r0 in range(0, n_out, rows):
         wg = np.asarray(w[r0 : r0 + rows], np.float64).reshape(-1, k // G, G)
@@ -226,16 +267,23 @@ def unpack_ints(parts: dict[str, np.ndarray], fmt: str, k: int) -> np.ndarray:
     return out
 
 
-def dequantize(parts: dict[str, np.ndarray], fmt: str, k: int) -> np.ndarray:
-    """float32 [n_out, k] weight the parts stand for (exact: d * q fits in float32)."""
+def dequantize(parts: dict[str, np.ndarray], fmt: str, k: int, layout: str = "rows",
+               n_out: int | None = None) -> np.ndarray:
+    """float32 [n_out, k] weight the parts stand for (exact: d * q fits in float32).
+    The panels layout needs n_out (its padding rows are dropped)."""
     info = format_info(fmt)
-    if fmt == "float32":
-        return np.asarray(parts["w"], np.float32)
-    if fmt == "f16":
-        return np.asarray(parts["w"]).astype(np.float32)
-    if fmt == "bf16":
-        bits = np.asarray(parts["w"], np.uint16).astype(np.uint32) << 16
-        return bits.view(np.float32)
+    check_layout(fmt, layout)
+    if not info.quantized:
+        w = np.asarray(parts["w"])
+        if layout == "panels":
+            if n_out is None:
+                raise ValueError("dequantize: the panels layout needs n_out")
+            w = _from_panels(w, n_out)
+        if fmt == "float32":
+            return np.asarray(w, np.float32)
+        if fmt == "f16":
+            return w.astype(np.float32)
+        return (np.asarray(w, np.uint16).astype(np.uint32) << 16).view(np.float32)
     check_k(fmt, k)
     q = unpack_ints(parts, fmt, k).astype(np.float32)
     d = np.asarray(parts["scales"]).astype(np.float32)

@@ -10,17 +10,17 @@ int __tvm_ffi_attention_h2_kv1_d16_c128_b16_s1_k9_f16(void*, const TVMFFIAny*, i
 int __tvm_ffi_embedding_v32_h32_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_embedding_v64_h32_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_kv_store_w16_r144_d16_f16(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k32_n16_f32_bias_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k32_n16_f32_bias_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k32_n32_f32_bias_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k32_n32_f32_bias_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k32_n32_f32_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k32_n32_f32_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k32_n64_f32_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k32_n96_f32_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k32_n96_f32_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k48_n32_f32_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_matmul_k48_n32_f32_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k32_n16_f32_p64_bias_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k32_n16_f32_p64_bias_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k32_n32_f32_p64_bias_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k32_n32_f32_p64_bias_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k32_n32_f32_p64_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k32_n32_f32_p64_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k32_n64_f32_p64_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k32_n96_f32_p64_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k32_n96_f32_p64_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k48_n32_f32_p64_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_matmul_k48_n32_f32_p64_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_rmsnorm_h32_eps1em06_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_rope_h1_d16_p128_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_rope_h2_d16_p128_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
@@ -73,96 +73,96 @@ void kv_store_w16_r144_d16_f16(const float* x, const int32_t* rows, uint16_t* ou
       .call(__tvm_ffi_kv_store_w16_r144_d16_f16, "kv_store_w16_r144_d16_f16");
 }
 
-void matmul_k32_n16_f32_bias_gemm(const float* x, const float* w, const float* bias, float* out, int64_t n) {
+void matmul_k32_n16_f32_p64_bias_gemm(const float* x, const float* w, const float* bias, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 32})
-      .tensor(w, cpu::f32(), {16, 32})
+      .tensor(w, cpu::f32(), {1, 32, 64})
       .tensor(bias, cpu::f32(), {16})
       .tensor(out, cpu::f32(), {n, 16})
-      .call(__tvm_ffi_matmul_k32_n16_f32_bias_gemm, "matmul_k32_n16_f32_bias_gemm");
+      .call(__tvm_ffi_matmul_k32_n16_f32_p64_bias_gemm, "matmul_k32_n16_f32_p64_bias_gemm");
 }
 
-void matmul_k32_n16_f32_bias_gemv(const float* x, const float* w, const float* bias, float* out, int64_t n) {
+void matmul_k32_n16_f32_p64_bias_gemv(const float* x, const float* w, const float* bias, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 32})
-      .tensor(w, cpu::f32(), {16, 32})
+      .tensor(w, cpu::f32(), {1, 32, 64})
       .tensor(bias, cpu::f32(), {16})
       .tensor(out, cpu::f32(), {n, 16})
-      .call(__tvm_ffi_matmul_k32_n16_f32_bias_gemv, "matmul_k32_n16_f32_bias_gemv");
+      .call(__tvm_ffi_matmul_k32_n16_f32_p64_bias_gemv, "matmul_k32_n16_f32_p64_bias_gemv");
 }
 
-void matmul_k32_n32_f32_bias_gemm(const float* x, const float* w, const float* bias, float* out, int64_t n) {
+void matmul_k32_n32_f32_p64_bias_gemm(const float* x, const float* w, const float* bias, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 32})
-      .tensor(w, cpu::f32(), {32, 32})
+      .tensor(w, cpu::f32(), {1, 32, 64})
       .tensor(bias, cpu::f32(), {32})
       .tensor(out, cpu::f32(), {n, 32})
-      .call(__tvm_ffi_matmul_k32_n32_f32_bias_gemm, "matmul_k32_n32_f32_bias_gemm");
+      .call(__tvm_ffi_matmul_k32_n32_f32_p64_bias_gemm, "matmul_k32_n32_f32_p64_bias_gemm");
 }
 
-void matmul_k32_n32_f32_bias_gemv(const float* x, const float* w, const float* bias, float* out, int64_t n) {
+void matmul_k32_n32_f32_p64_bias_gemv(const float* x, const float* w, const float* bias, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 32})
-      .tensor(w, cpu::f32(), {32, 32})
+      .tensor(w, cpu::f32(), {1, 32, 64})
       .tensor(bias, cpu::f32(), {32})
       .tensor(out, cpu::f32(), {n, 32})
-      .call(__tvm_ffi_matmul_k32_n32_f32_bias_gemv, "matmul_k32_n32_f32_bias_gemv");
+      .call(__tvm_ffi_matmul_k32_n32_f32_p64_bias_gemv, "matmul_k32_n32_f32_p64_bias_gemv");
 }
 
-void matmul_k32_n32_f32_gemm(const float* x, const float* w, float* out, int64_t n) {
+void matmul_k32_n32_f32_p64_gemm(const float* x, const float* w, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 32})
-      .tensor(w, cpu::f32(), {32, 32})
+      .tensor(w, cpu::f32(), {1, 32, 64})
       .tensor(out, cpu::f32(), {n, 32})
-      .call(__tvm_ffi_matmul_k32_n32_f32_gemm, "matmul_k32_n32_f32_gemm");
+      .call(__tvm_ffi_matmul_k32_n32_f32_p64_gemm, "matmul_k32_n32_f32_p64_gemm");
 }
 
-void matmul_k32_n32_f32_gemv(const float* x, const float* w, float* out, int64_t n) {
+void matmul_k32_n32_f32_p64_gemv(const float* x, const float* w, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 32})
-      .tensor(w, cpu::f32(), {32, 32})
+      .tensor(w, cpu::f32(), {1, 32, 64})
       .tensor(out, cpu::f32(), {n, 32})
-      .call(__tvm_ffi_matmul_k32_n32_f32_gemv, "matmul_k32_n32_f32_gemv");
+      .call(__tvm_ffi_matmul_k32_n32_f32_p64_gemv, "matmul_k32_n32_f32_p64_gemv");
 }
 
-void matmul_k32_n64_f32_gemv(const float* x, const float* w, float* out, int64_t n) {
+void matmul_k32_n64_f32_p64_gemv(const float* x, const float* w, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 32})
-      .tensor(w, cpu::f32(), {64, 32})
+      .tensor(w, cpu::f32(), {1, 32, 64})
       .tensor(out, cpu::f32(), {n, 64})
-      .call(__tvm_ffi_matmul_k32_n64_f32_gemv, "matmul_k32_n64_f32_gemv");
+      .call(__tvm_ffi_matmul_k32_n64_f32_p64_gemv, "matmul_k32_n64_f32_p64_gemv");
 }
 
-void matmul_k32_n96_f32_gemm(const float* x, const float* w, float* out, int64_t n) {
+void matmul_k32_n96_f32_p64_gemm(const float* x, const float* w, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 32})
-      .tensor(w, cpu::f32(), {96, 32})
+      .tensor(w, cpu::f32(), {2, 32, 64})
       .tensor(out, cpu::f32(), {n, 96})
-      .call(__tvm_ffi_matmul_k32_n96_f32_gemm, "matmul_k32_n96_f32_gemm");
+      .call(__tvm_ffi_matmul_k32_n96_f32_p64_gemm, "matmul_k32_n96_f32_p64_gemm");
 }
 
-void matmul_k32_n96_f32_gemv(const float* x, const float* w, float* out, int64_t n) {
+void matmul_k32_n96_f32_p64_gemv(const float* x, const float* w, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 32})
-      .tensor(w, cpu::f32(), {96, 32})
+      .tensor(w, cpu::f32(), {2, 32, 64})
       .tensor(out, cpu::f32(), {n, 96})
-      .call(__tvm_ffi_matmul_k32_n96_f32_gemv, "matmul_k32_n96_f32_gemv");
+      .call(__tvm_ffi_matmul_k32_n96_f32_p64_gemv, "matmul_k32_n96_f32_p64_gemv");
 }
 
-void matmul_k48_n32_f32_gemm(const float* x, const float* w, float* out, int64_t n) {
+void matmul_k48_n32_f32_p64_gemm(const float* x, const float* w, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 48})
-      .tensor(w, cpu::f32(), {32, 48})
+      .tensor(w, cpu::f32(), {1, 48, 64})
       .tensor(out, cpu::f32(), {n, 32})
-      .call(__tvm_ffi_matmul_k48_n32_f32_gemm, "matmul_k48_n32_f32_gemm");
+      .call(__tvm_ffi_matmul_k48_n32_f32_p64_gemm, "matmul_k48_n32_f32_p64_gemm");
 }
 
-void matmul_k48_n32_f32_gemv(const float* x, const float* w, float* out, int64_t n) {
+void matmul_k48_n32_f32_p64_gemv(const float* x, const float* w, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 48})
-      .tensor(w, cpu::f32(), {32, 48})
+      .tensor(w, cpu::f32(), {1, 48, 64})
       .tensor(out, cpu::f32(), {n, 32})
-      .call(__tvm_ffi_matmul_k48_n32_f32_gemv, "matmul_k48_n32_f32_gemv");
+      .call(__tvm_ffi_matmul_k48_n32_f32_p64_gemv, "matmul_k48_n32_f32_p64_gemv");
 }
 
 void rmsnorm_h32_eps1em06_f32(const float* x, const float* w, float* out, int64_t n) {

@@ -61,7 +61,7 @@ class GeneratedModel final : public Model {
     embed_ = t("embed", {kVocab, kHidden});
     final_norm_ = t("final_norm", {kHidden});
     lm_head_ = static_cast<const float*>(
-        mem_.weight(a, "lm_head", "f32", {64, 32}));
+        mem_.weight(a, "lm_head", "f32", {1, 32, 64}));
     rope_cos_ = t("rope_cos", {kMaxContext, kHeadDim / 2});
     rope_sin_ = t("rope_sin", {kMaxContext, kHeadDim / 2});
     for (int l = 0; l < kLayers; ++l) {
@@ -69,22 +69,22 @@ class GeneratedModel final : public Model {
       LayerWeights& w = layers_[l];
       w.input_norm = t(p + "input_norm", {kHidden});
       w.q = static_cast<const float*>(
-          mem_.weight(a, p + "q", "f32", {32, 32}));
+          mem_.weight(a, p + "q", "f32", {1, 32, 64}));
       w.k = static_cast<const float*>(
-          mem_.weight(a, p + "k", "f32", {16, 32}));
+          mem_.weight(a, p + "k", "f32", {1, 32, 64}));
       w.v = static_cast<const float*>(
-          mem_.weight(a, p + "v", "f32", {16, 32}));
+          mem_.weight(a, p + "v", "f32", {1, 32, 64}));
       w.q_bias = t(p + "q_bias", {kQDim});
       w.k_bias = t(p + "k_bias", {kKvDim});
       w.v_bias = t(p + "v_bias", {kKvDim});
       w.q_norm = w.k_norm = nullptr;
       w.post_norm = t(p + "post_norm", {kHidden});
       w.o = static_cast<const float*>(
-          mem_.weight(a, p + "o", "f32", {32, 32}));
+          mem_.weight(a, p + "o", "f32", {1, 32, 64}));
       w.gate_up = static_cast<const float*>(
-          mem_.weight(a, p + "gate_up", "f32", {96, 32}));
+          mem_.weight(a, p + "gate_up", "f32", {2, 32, 64}));
       w.down = static_cast<const float*>(
-          mem_.weight(a, p + "down", "f32", {32, 48}));
+          mem_.weight(a, p + "down", "f32", {1, 48, 64}));
       k_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 32));
       v_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 32));
     }
@@ -169,12 +169,12 @@ class GeneratedModel final : public Model {
     for (int l = 0; l < kLayers; ++l) {
       const LayerWeights& w = layers_[l];
       rmsnorm_h32_eps1em06_f32(x, w.input_norm, h, n);
-      if (n <= kGemvMaxRows) matmul_k32_n32_f32_bias_gemv(h, w.q, w.q_bias, q_, n);
-      else matmul_k32_n32_f32_bias_gemm(h, w.q, w.q_bias, q_, n);
-      if (n <= kGemvMaxRows) matmul_k32_n16_f32_bias_gemv(h, w.k, w.k_bias, k_, n);
-      else matmul_k32_n16_f32_bias_gemm(h, w.k, w.k_bias, k_, n);
-      if (n <= kGemvMaxRows) matmul_k32_n16_f32_bias_gemv(h, w.v, w.v_bias, v_, n);
-      else matmul_k32_n16_f32_bias_gemm(h, w.v, w.v_bias, v_, n);
+      if (n <= kGemvMaxRows) matmul_k32_n32_f32_p64_bias_gemv(h, w.q, w.q_bias, q_, n);
+      else matmul_k32_n32_f32_p64_bias_gemm(h, w.q, w.q_bias, q_, n);
+      if (n <= kGemvMaxRows) matmul_k32_n16_f32_p64_bias_gemv(h, w.k, w.k_bias, k_, n);
+      else matmul_k32_n16_f32_p64_bias_gemm(h, w.k, w.k_bias, k_, n);
+      if (n <= kGemvMaxRows) matmul_k32_n16_f32_p64_bias_gemv(h, w.v, w.v_bias, v_, n);
+      else matmul_k32_n16_f32_p64_bias_gemm(h, w.v, w.v_bias, v_, n);
       rope_h2_d16_p128_f32(q_, pos_, rope_cos_, rope_sin_, qr_, n);
       rope_h1_d16_p128_f32(k_, pos_, rope_cos_, rope_sin_, kr_, n);
       // this step's keys and values into their slots' blocks (KV format: f16),
@@ -182,22 +182,22 @@ class GeneratedModel final : public Model {
       kv_store_w16_r144_d16_f16(kr_, kv_rows_, k_pool_[l], n);
       kv_store_w16_r144_d16_f16(v_, kv_rows_, v_pool_[l], n);
       attention_h2_kv1_d16_c128_b16_s1_k9_f16(qr_, k_pool_[l], v_pool_[l], pos_, seq_, block_tables_, att_, n);
-      if (n <= kGemvMaxRows) matmul_k32_n32_f32_gemv(att_, w.o, o_, n);
-      else matmul_k32_n32_f32_gemm(att_, w.o, o_, n);
+      if (n <= kGemvMaxRows) matmul_k32_n32_f32_p64_gemv(att_, w.o, o_, n);
+      else matmul_k32_n32_f32_p64_gemm(att_, w.o, o_, n);
       add_h32_f32(x, o_, res, n);
       rmsnorm_h32_eps1em06_f32(res, w.post_norm, h, n);
-      if (n <= kGemvMaxRows) matmul_k32_n96_f32_gemv(h, w.gate_up, gu_, n);
-      else matmul_k32_n96_f32_gemm(h, w.gate_up, gu_, n);
+      if (n <= kGemvMaxRows) matmul_k32_n96_f32_p64_gemv(h, w.gate_up, gu_, n);
+      else matmul_k32_n96_f32_p64_gemm(h, w.gate_up, gu_, n);
       silu_mul_i48_f32(gu_, act_, n);
-      if (n <= kGemvMaxRows) matmul_k48_n32_f32_gemv(act_, w.down, o_, n);
-      else matmul_k48_n32_f32_gemm(act_, w.down, o_, n);
+      if (n <= kGemvMaxRows) matmul_k48_n32_f32_p64_gemv(act_, w.down, o_, n);
+      else matmul_k48_n32_f32_p64_gemm(act_, w.down, o_, n);
       add_h32_f32(res, o_, x, n);
     }
     // Logits of the requested rows only.
     if (m > 0) {
       embedding_v32_h32_f32(logit_rows_, x, last_, m);
       rmsnorm_h32_eps1em06_f32(last_, final_norm_, last_norm_, m);
-      matmul_k32_n64_f32_gemv(last_norm_, lm_head_, logits_, m);
+      matmul_k32_n64_f32_p64_gemv(last_norm_, lm_head_, logits_, m);
     }
   }
 

@@ -1,33 +1,33 @@
-"""CPU matmul out = x @ w.T (+ bias) with w stored [n_out, k].
+"""CPU float matmul out = x @ w.T (+ bias), w stored in 64-column panels.
 
-Both operands are contiguous along k, so the micro-kernel is a block of dot products:
-MR rows of x against NR rows of w, with MR * NR vector accumulators of `lanes` floats
-held in registers while k advances one vector at a time; each accumulator is summed
-horizontally at the end. This needs no packing or transposition of w.
+The weight comes in the "panels" layout of quantize.weight_formats: w[p, k, c] is the
+weight of output column 64 p + c at input k, so for each k a panel's 64 outputs are
+contiguous. The micro-kernel is an outer product: for each k it loads CV vectors of a
+panel's columns, broadcasts x[i, k] for each of its R rows and adds the products into
+R x CV vector accumulators held in registers. Every output is thus one sequential chain
+acc = acc + x[i, k] * w[k] over k = 0, 1, ..., K - 1, started from the bias (or 0), and
+nothing else: no lane split, no horizontal sum, no dependence on how many rows a call has
+or how they are tiled. A chain cut into k blocks (gemm) stores its float32 partial in out
+and resumes from it, which is the same arithmetic. So a row's result is bitwise the same
+whichever schedule computed it and whatever other rows came with it (the engine's batch
+invariance), and on any vector width: 8 and 16 lanes give the same bits.
 
-- "gemv" (decode, a few rows): parallel over tiles of NR output columns, rows taken two
-  (or, for an odd count, last three) at a time. Memory-bound: w streams through once per
-  call, its NR rows stay in L1 while the few x rows are reused against them. Tile jb holds
-  the rows jb, jb + N/NR, jb + 2N/NR, ...: one from each of NR equal parts of w, so a
-  thread's contiguous range of tiles reads NR long sequential streams, each prefetched
-  PF_BYTES ahead (NR adjacent rows instead start NR short streams per tile, which the
-  hardware prefetchers follow worse: 10-22% slower, RESULTS 2026-12-01). One row's NR
-  accumulator chains cannot hide the FMA latency; 2-3 rows' can.
-- "gemm" (prefill): MR x NR register tile, k split into KB-long blocks and rows into
-  MB-row blocks so that an x block stays in L2 while w panels stream past it; parallel over
-  panels of output columns (each thread owns its columns, so no reduction across threads).
+- "gemv" (decode, a few rows): parallel over sub-panels (CV vectors of one panel); a
+  thread's contiguous range of them is one sequential stream of w, read once. Up to MR
+  rows run in one pass over the whole k range; more rows are k-blocked like the gemm.
+- "gemm" (prefill): parallel over (sub-panel, block of MB rows); k is cut into blocks of
+  KB so that the CV x KB block of w stays in L1 while the block's rows pass over it in
+  tiles of MR (x comes from L2 as broadcasts: R scalars per CV vector loads).
 
-Vectors have matmul_lanes() float32 lanes: 16 on AVX-512 hosts (where the gemm tile is 6 x 4:
-32 registers), else 8.
+Compared with the [n_out, k] dot-product kernel this replaced, x is read as scalars
+instead of as vectors reloaded for every tile of w, and w by one stream per thread.
 
-Leftovers are handled by narrower loops: rows that do not fill an MR tile run 2-row and
-1-row micro-kernels, columns that do not fill an NR tile run a 1-column one, and k % lanes
-trailing products are added by a scalar loop.
+Panels whose columns run past n_out (the last one, when n_out % 64 != 0) hold zero
+padding; their outputs are computed whole-k in one block and stored with a column mask.
 
 16-bit float weights (f16: IEEE half, converted by vcvtph2ps; bf16: stored as uint16 bits,
 widened and shifted into the top half of a float32) are converted in registers as they
-are loaded; everything else is the float32 kernel. Group-quantized formats are in
-qmatmul.py.
+are loaded. Group-quantized formats are in qmatmul.py.
 """
 
 from __future__ import annotations
@@ -37,62 +37,57 @@ from dataclasses import dataclass
 from tvm import tirx
 from tvm.script import tirx as T
 
+from ninfer.quantize.weight_formats import PANEL
+
 from ..spec import MatmulSpec
-from .common import F32, VECTOR_LANES, f32, host_has_avx512, hsum, i64, prefetch, scratch
+from .common import F32, VECTOR_LANES, f32, host_has_avx512, i64, prefetch, scratch
 
 
 @dataclass(frozen=True)
 class MatmulTiles:
-    """Register and cache tile sizes (16 ymm registers: MR * NR accumulators + loads)."""
+    """Register tile (MR rows x CV vectors of accumulators) and cache blocking."""
 
-    mr: int  # rows of x per micro-kernel
-    nr: int  # rows of w (output columns) per micro-kernel
-    kb: int  # k elements per cache block (multiple of VW)
-    mb: int  # rows of x per cache block (multiple of mr)
-    panels: int  # desired number of column panels to spread over threads
+    mr: int  # rows of x per micro-kernel (at most 6: the remainder dispatch below)
+    cv: int  # vectors of output columns per micro-kernel (a sub-panel)
+    kb_bytes: int  # bytes of w per k block of a sub-panel (gemm; fits in L1)
+    mb: int  # rows per parallel task (gemm)
 
 
-# Both schedules add k in the same KB-long blocks, each block's vector accumulators summed
-# horizontally into out in block order, so a row's result is bitwise the same whichever
-# schedule (and whatever other rows) computed it: batch invariance of the engine.
-K_BLOCK = 1024
-GEMV_TILES = MatmulTiles(mr=1, nr=4, kb=K_BLOCK, mb=1, panels=0)
-PF_BYTES = 2048  # gemv: prefetch distance along each row's stream (1-2 KiB measured alike)
-GEMM_TILES = MatmulTiles(mr=4, nr=3, kb=K_BLOCK, mb=32, panels=16)
-# AVX-512 (32 registers): 6 x 4 accumulators, 6 x loads and a w vector. The 4 x 3 tile at
-# 16 lanes reloads x from L2 too often per FMA (f32 prefill 125 against 190 GFLOP/s, f16 104
-# against 170; RESULTS 2026-12-01).
-GEMM_TILES_512 = MatmulTiles(mr=6, nr=4, kb=K_BLOCK, mb=36, panels=16)
+# AVX-512, 32 registers: 6 x 4 accumulators, 4 w vectors, a broadcast. AVX2, 16 registers:
+# 6 x 2 (as the classic Haswell 6 x 16 sgemm kernel).
+TILES_512 = MatmulTiles(mr=6, cv=4, kb_bytes=32768, mb=64)
+TILES_256 = MatmulTiles(mr=6, cv=2, kb_bytes=32768, mb=64)
+GEMM_PF_BLOCKS = 2
+# gemv: streams of w per thread for 1, 2 and 3 rows (accumulators: rows x streams x CV)
+GEMV_STREAMS = (4, 3, 2)
+PF_LOCALITY = 3
+PF_BYTES = 2048  # gemv: software prefetch distance along the stream (0: hardware prefetch only)
 
 
 def matmul_lanes() -> int:
-    """float32 lanes of the float matmuls' vectors: 16 where the host has AVX-512 (prefill
-    1.5-2.2x faster than on 8 lanes, multi-row decode up to 1.6x), else 8. gemv and gemm
-    use the same width, so their summation order stays the same."""
+    """float32 lanes of the float matmuls' vectors: 16 where the host has AVX-512, else 8.
+    The result does not depend on it (see the module docstring)."""
     return 16 if host_has_avx512() else VECTOR_LANES
 
 
 def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
     lanes = matmul_lanes()
-    if spec.schedule == "gemv":
-        tiles = GEMV_TILES
-    else:
-        tiles = GEMM_TILES_512 if lanes == 16 else GEMM_TILES
-    return _matmul(spec, tiles, lanes)
+    return _matmul(spec, TILES_512 if lanes == 16 else TILES_256, lanes)
 
 
 # Storage dtype of the weight buffer per float weight format (quantize.weight_formats layouts).
 _W_STORAGE = {"float32": F32, "f16": "float16", "bf16": "uint16"}
 
 
-def _weight(w: tirx.Buffer, wdtype: str, j: tirx.PrimExpr, k: tirx.PrimExpr) -> tirx.PrimExpr:
-    """w[j, k] as float32."""
+def _weight(w: tirx.Buffer, wdtype: str, p: tirx.PrimExpr, k: tirx.PrimExpr,
+            c: tirx.PrimExpr) -> tirx.PrimExpr:
+    """w[p, k, c] as float32."""
     if wdtype == "f16":
-        return tirx.Cast(F32, w[j, k])
+        return tirx.Cast(F32, w[p, k, c])
     if wdtype == "bf16":
-        bits = tirx.Cast("uint32", w[j, k]) << tirx.const(16, "uint32")
+        bits = tirx.Cast("uint32", w[p, k, c]) << tirx.const(16, "uint32")
         return tirx.reinterpret(F32, bits)
-    return w[j, k]
+    return w[p, k, c]
 
 
 def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
@@ -100,145 +95,168 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
     WD = spec.wdtype
     if WD not in _W_STORAGE:
         raise ValueError(f"cpu_matmul: no float kernel for weight format {WD!r}")
+    if spec.layout != "panels":
+        raise ValueError(f"cpu_matmul: float weights must be in the panels layout, got "
+                         f"{spec.layout!r}")
     WS = _W_STORAGE[WD]
-    MR, NR = tl.mr, tl.nr
-    KV = K // VW  # full k vectors
-    K0 = KV * VW  # start of the scalar k tail
-    KT = K - K0
-    KBV = max(1, min(KV, tl.kb // VW))  # k vectors per cache block
-    # Software prefetch of w, in k vectors between prefetches of each row: once per cache
-    # line, or twice for up to 4 rows (a core drops a prefetch when its miss buffers are
-    # full, and the second try made 2-4 rows 2-7% faster; RESULTS 2026-11-30). More rows
-    # make more passes over each tile and are less memory-bound: there the extra
-    # instructions cost (8 rows: 10-15% slower with two per line in every pass, 3-5% in
-    # the first).
-    PF_LINE = 64 // (VW * (4 if WD == "float32" else 2))
-    PF_HALF = max(1, PF_LINE // 2)
-    # One row of 16-bit weights prefetches too: converting w in registers makes its loop
-    # long enough that the hardware prefetcher falls behind (11-22% faster with it); one
-    # row of f32 gained nothing.
-    PF_ONE_ROW = PF_HALF if WD != "float32" else 0
-    PF_AHEAD = PF_BYTES // (4 if WD == "float32" else 2)  # in weights
-    NKB = -(-KV // KBV) if KV else 0
+    WB = 4 if WD == "float32" else 2
+    MR, CV = tl.mr, tl.cv
+    if not 1 <= MR <= 6:
+        raise ValueError(f"cpu_matmul: mr must be 1..6, got {MR}")
+    SC = CV * VW  # columns per sub-panel
+    if PANEL % SC:
+        raise ValueError(f"cpu_matmul: {CV} x {VW} columns do not divide a panel of {PANEL}")
+    SUB = PANEL // SC  # sub-panels per panel
+    NPAN = -(-N // PANEL)
+    NPF = N // PANEL  # panels without padding
+    NS = NPF * SUB  # their sub-panels
+    N0 = NPF * PANEL
+    NST = -(-(N - N0) // SC)  # sub-panels of the padded panel with a valid column
+    KB = max(1, min(K, tl.kb_bytes // (SC * WB)))
     MB = tl.mb
-    NJB = N // NR  # full column tiles
-    N0 = NJB * NR  # first column of the tail
-    if tl.panels:
-        G = max(1, min(64, -(-NJB // tl.panels)))  # column tiles per parallel panel
-    else:
-        G = 1
-    NP = -(-NJB // G)
+    LINE = 64 // WB  # weights per cache line
+    LINES = max(1, SC // LINE)  # cache lines of one k step of a sub-panel
+    PF_AHEAD = PF_BYTES // WB
+    # gemm: the first row tile of each k block prefetches w GEMM_PF_BLOCKS blocks ahead
+    GEMM_PF = GEMM_PF_BLOCKS * KB * PANEL
+    TOTAL = NPAN * K * PANEL
+
+    def _col(s, sd, c):
+        # first output column of accumulator vector c (stream c // CV) of sub-panel s
+        sj = s + c // CV * sd
+        return sj // SUB * PANEL + sj % SUB * SC + c % CV * VW
 
     @T.macro
-    def micro(x, w, out, acc, i0, j0, kv0, kvn, R, C, pf=0, cs=1):
-        # out[i0:i0+R, j0 + c*cs] += x[i0:i0+R, k] . w[j0 + c*cs, k] for c < C, over k in the
-        # kv0..kv0+kvn vectors
+    def micro(x, w, bias, out, acc, i0, s, k0, kn, R, tail, pf, ST=1, sd=0):
+        # Rows i0..i0+R of the sub-panels s + j * sd, j < ST (panel s // SUB, vectors
+        # (s % SUB) * CV ..), k0..k0+kn: resume the chains from out (or start them from the
+        # bias at k0 = 0), add the products, store them back. ST > 1 reads ST streams of w
+        # at once (more memory-level parallelism for a single row).
         for r in T.unroll(R):
-            for c in T.unroll(C):
-                for v in T.vectorized(VW):
-                    acc[r, c, v] = f32(0.0)
-        for kv in range(kvn):
-            if pf > 0:  # every pf k vectors (gemv only)
-                if (kv0 + kv) % pf == 0:
-                    for c in T.unroll(C):  # each row's stream PF_BYTES ahead (on into
-                        # the row that follows it in memory, the stream's next tile)
-                        T.evaluate(prefetch(w, 0, T.min(
-                            (j0 + c * cs) * K + (kv0 + kv) * VW + PF_AHEAD, i64(N * K - 1))))
+            for c in T.unroll(ST * CV):
+                if tail:  # k0 == 0 here; columns past N start (and stay) unused
+                    for v in range(VW):
+                        if has_bias:
+                            acc[r, c, v] = T.if_then_else(
+                                _col(s, sd, c) + v < N, bias[T.min(_col(s, sd, c) + v, N - 1)],
+                                f32(0.0))
+                        else:
+                            acc[r, c, v] = f32(0.0)
+                elif k0 == 0:
+                    for v in T.vectorized(VW):
+                        if has_bias:
+                            acc[r, c, v] = bias[_col(s, sd, c) + v]
+                        else:
+                            acc[r, c, v] = f32(0.0)
+                else:
+                    for v in T.vectorized(VW):
+                        acc[r, c, v] = out[i0 + r, _col(s, sd, c) + v]
+        for kk in range(kn):
+            if pf > 0:  # pf weights ahead along each stream
+                for j in T.unroll(ST):
+                    for ln in T.unroll(LINES):
+                        T.evaluate(prefetch(w, 0, 0, T.min(
+                            ((s + j * sd) // SUB * K + k0 + kk) * PANEL + (s + j * sd) % SUB * SC
+                            + ln * LINE + pf, i64(TOTAL - 1)), locality=PF_LOCALITY))
             for r in T.unroll(R):
-                for c in T.unroll(C):
+                for c in T.unroll(ST * CV):
                     for v in T.vectorized(VW):
                         acc[r, c, v] = acc[r, c, v] + (
-                            x[i0 + r, (kv0 + kv) * VW + v]
-                            * _weight(w, WD, j0 + c * cs, (kv0 + kv) * VW + v)
-                        )
+                            x[i0 + r, k0 + kk] * _weight(
+                                w, WD, (s + c // CV * sd) // SUB, k0 + kk,
+                                (s + c // CV * sd) % SUB * SC + c % CV * VW + v))
         for r in T.unroll(R):
-            for c in T.unroll(C):
-                out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum(acc, r, c, lanes=VW)
+            for c in T.unroll(ST * CV):
+                if tail:
+                    for v in range(VW):
+                        if _col(s, sd, c) + v < N:
+                            out[i0 + r, _col(s, sd, c) + v] = acc[r, c, v]
+                else:
+                    for v in T.vectorized(VW):
+                        out[i0 + r, _col(s, sd, c) + v] = acc[r, c, v]
 
     @T.macro
-    def init_and_tail(x, w, bias, out, n, j0, jn, cs=1):
-        # out[:, j0 + c*cs] = bias (or 0) for c < jn, plus the scalar k tail.
-        for i in range(n):
-            for c in range(jn):
-                if has_bias:
-                    out[i, j0 + c * cs] = bias[j0 + c * cs]
-                else:
-                    out[i, j0 + c * cs] = f32(0.0)
-                for t in range(KT):
-                    out[i, j0 + c * cs] = out[i, j0 + c * cs] + x[i, K0 + t] * _weight(
-                        w, WD, j0 + c * cs, K0 + t)
+    def rows_body(x, w, bias, out, acc, r0, nr, s, kbn, tail, pf, pf_first):
+        # Rows r0..r0+nr of sub-panel s, k in blocks of kbn (tail: kbn = K).
+        for kb in range((K + kbn - 1) // kbn):
+            k0 = T.bind(kb * kbn)
+            kn = T.bind(T.min(kbn, K - k0))
+            if nr >= MR:  # the first tile prefetches the next block (gemm)
+                micro(x, w, bias, out, acc, r0, s, k0, kn, MR, tail, pf_first)
+            for it in range(1, nr // MR):
+                micro(x, w, bias, out, acc, r0 + it * MR, s, k0, kn, MR, tail, pf)
+            rem = T.bind(nr % MR)
+            i0 = T.bind(r0 + nr - rem)
+            if MR > 1:
+                if rem == 1:
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 1, tail, pf)
+            if MR > 2:
+                if rem == 2:
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 2, tail, pf)
+            if MR > 3:
+                if rem == 3:
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 3, tail, pf)
+            if MR > 4:
+                if rem == 4:
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 4, tail, pf)
+            if MR > 5:
+                if rem == 5:
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 5, tail, pf)
+
+    @T.macro
+    def streams(x, w, bias, out, R, ST):
+        # R rows over the whole k range, ST sub-panels NS // ST apart at once, then the
+        # NS % ST left over one at a time
+        for s in T.parallel(NS // ST):
+            acc = scratch((R, ST * CV, VW))
+            micro(x, w, bias, out, acc, 0, s, 0, K, R, False, PF_AHEAD, ST, NS // ST)
+        if NS % ST > 0:
+            for s in T.parallel(NS % ST):
+                acc = scratch((R, CV, VW))
+                micro(x, w, bias, out, acc, 0, NS // ST * ST + s, 0, K, R, False, PF_AHEAD)
 
     @T.macro
     def gemv_body(x, w, bias, out, n):
-        for jb in T.parallel(NJB):
-            acc = scratch((3, NR, VW))
-            init_and_tail(x, w, bias, out, n, jb, NR, NJB)  # rows jb + c * NJB
-            for kb in range(NKB):
-                kv0 = T.bind(kb * KBV)
-                kvn = T.bind(T.min(KBV, KV - kv0))
-                # rows two at a time: 2 x NR independent accumulators hide the FMA latency
-                # that one row's NR chains cannot (batched decode costs ~half per row)
-                # Rows in pairs, an odd count ending in a triple (3 x NR = 12 accumulators);
-                # one row alone runs the 1-row kernel. Multi-row calls also prefetch w
-                # PF_ROWS rows ahead: their FMAs take long enough that the hardware
-                # prefetcher alone falls behind (a single f32 row does not gain).
-                odd = T.bind(n % 2)
-                pairs = T.bind((n - 3 * odd) // 2)
-                if pairs > 0:
-                    if n <= 4:
-                        micro(x, w, out, acc, 0, jb, kv0, kvn, 2, NR, PF_HALF, NJB)
-                    else:
-                        micro(x, w, out, acc, 0, jb, kv0, kvn, 2, NR, PF_LINE, NJB)
-                for ip in range(1, pairs):
-                    micro(x, w, out, acc, ip * 2, jb, kv0, kvn, 2, NR, PF_LINE, NJB)
-                if odd == 1:
-                    if n == 3:
-                        micro(x, w, out, acc, 0, jb, kv0, kvn, 3, NR, PF_HALF, NJB)
-                    elif n > 3:
-                        micro(x, w, out, acc, n - 3, jb, kv0, kvn, 3, NR, PF_LINE, NJB)
-                    else:
-                        micro(x, w, out, acc, 0, jb, kv0, kvn, 1, NR, PF_ONE_ROW, NJB)
+        # One row alone, 2 or 3 rows: several streams of w per thread (a single stream
+        # reads 15-35% slower; RESULTS 2026-12-02) as far as the registers allow.
+        if n == 1 and NS >= GEMV_STREAMS[0]:
+            streams(x, w, bias, out, 1, GEMV_STREAMS[0])
+        elif n == 2 and NS >= GEMV_STREAMS[1]:
+            streams(x, w, bias, out, 2, GEMV_STREAMS[1])
+        elif n == 3 and NS >= GEMV_STREAMS[2]:
+            streams(x, w, bias, out, 3, GEMV_STREAMS[2])
+        else:
+            for s in T.parallel(NS):
+                acc = scratch((MR, CV, VW))
+                # up to MR rows: one pass over the whole k range; more: k blocks in L1
+                kbn = T.bind(T.if_then_else(n <= MR, i64(K), i64(KB)))
+                rows_body(x, w, bias, out, acc, 0, n, s, kbn, False, PF_AHEAD, PF_AHEAD)
+        if NST > 0:
+            for st in T.parallel(NST):
+                acc = scratch((MR, CV, VW))
+                rows_body(x, w, bias, out, acc, 0, n, NS + st, i64(K), True, 0, 0)
 
     @T.macro
     def gemm_body(x, w, bias, out, n):
-        for p in T.parallel(NP):
-            acc = scratch((MR, NR, VW))
-            jb_end = T.bind(T.min(p * G + G, NJB))
-            init_and_tail(x, w, bias, out, n, p * G * NR, jb_end * NR - p * G * NR)
-            for kb in range(NKB):
-                kv0 = T.bind(kb * KBV)
-                kvn = T.bind(T.min(KBV, KV - kv0))
-                for io in range((n + (MB - 1)) // MB):
-                    rows = T.bind(T.min(n - io * MB, i64(MB)))
-                    full = T.bind(rows // MR * MR)
-                    for jb in range(p * G, jb_end):
-                        for ib in range(rows // MR):
-                            micro(x, w, out, acc, io * MB + ib * MR, jb * NR, kv0, kvn, MR,
-                                  NR)
-                        for ip in range((rows - full) // 2):  # leftover rows: pairs, one
-                            micro(x, w, out, acc, io * MB + full + ip * 2, jb * NR, kv0,
-                                  kvn, 2, NR)
-                        for ii in range(full + (rows - full) // 2 * 2, rows):
-                            micro(x, w, out, acc, io * MB + ii, jb * NR, kv0, kvn, 1, NR)
-
-    @T.macro
-    def column_tail(x, w, bias, out, n):
-        # The N % NR last columns, one at a time.
-        for jt in T.parallel(N - N0):
-            acc = scratch((1, 1, VW))
-            init_and_tail(x, w, bias, out, n, N0 + jt, 1)
-            for kb in range(NKB):
-                for i in range(n):
-                    micro(x, w, out, acc, i, N0 + jt, kb * KBV, T.min(KBV, KV - kb * KBV), 1, 1)
+        nrb = T.bind((n + (MB - 1)) // MB)
+        for t in T.parallel(NS * nrb):
+            acc = scratch((MR, CV, VW))
+            r0 = T.bind(t % nrb * MB)
+            rows_body(x, w, bias, out, acc, r0, T.min(i64(MB), n - r0), t // nrb, i64(KB),
+                      False, 0, GEMM_PF)
+        if NST > 0:
+            for t in T.parallel(NST * nrb):
+                acc = scratch((MR, CV, VW))
+                r0 = T.bind(t % nrb * MB)
+                rows_body(x, w, bias, out, acc, r0, T.min(i64(MB), n - r0), NS + t // nrb,
+                          i64(K), True, 0, 0)
 
     @T.macro
     def body(x, w, bias, out, n):
-        if MR == 1:
+        if spec.schedule == "gemv":
             gemv_body(x, w, bias, out, n)
         else:
             gemm_body(x, w, bias, out, n)
-        if N0 < N:
-            column_tail(x, w, bias, out, n)
 
     if has_bias:
 
@@ -247,7 +265,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
             T.func_attr({"tirx.noalias": True})
             n = T.int64()
             x = T.match_buffer(x_h, (n, i64(K)), F32)
-            w = T.match_buffer(w_h, (i64(N), i64(K)), WS)
+            w = T.match_buffer(w_h, (i64(NPAN), i64(K), i64(PANEL)), WS)
             bias = T.match_buffer(b_h, (i64(N),), F32)
             out = T.match_buffer(o_h, (n, i64(N)), F32)
             body(x, w, bias, out, n)
@@ -259,7 +277,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
             T.func_attr({"tirx.noalias": True})
             n = T.int64()
             x = T.match_buffer(x_h, (n, i64(K)), F32)
-            w = T.match_buffer(w_h, (i64(N), i64(K)), WS)
+            w = T.match_buffer(w_h, (i64(NPAN), i64(K), i64(PANEL)), WS)
             out = T.match_buffer(o_h, (n, i64(N)), F32)
             body(x, w, None, out, n)
 

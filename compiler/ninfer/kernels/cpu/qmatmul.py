@@ -34,7 +34,7 @@ and prefetches PREFETCH_BYTES ahead in the weight array (rows are short, e.g. 2 
 q4 at k = 4096, and the hardware prefetchers alone lose time at every row start); the
 rows' d * dx are computed first, 8 per vcvtph2ps + vmulps, and read
 back by vbroadcastss. gemm: MR x NR tiles, k blocks, row blocks, parallel over column
-panels, as in matmul.py. Both perform exactly the operations above in the same order
+panels. Both perform exactly the operations above in the same order
 for every (row, column), so a row's result is bitwise the same in either schedule and
 whatever the other rows are (batch invariance).
 """
