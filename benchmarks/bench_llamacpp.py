@@ -5,14 +5,15 @@
 
 Builds once (cached under build/bench/) a ~0.5B-parameter random-weight Qwen3 checkpoint
 with transformers (fixed seed, fp16 safetensors, the demo tokenizer padded to the model's
-vocab), converts it with ninfer.bench.gguf_export to GGUF F32 / F16 / Q8_0 / Q4_0, and times,
+vocab), converts it with ninfer.bench.gguf_export to GGUF F32 / F16 / BF16 / Q8_0 / Q4_0, and times,
 each in its own process with the same thread count, the two engines alternating round by
 round (--rounds; medians are reported, and each round's ratio):
   - llama.cpp through llama-cpp-python's low-level API, as its own llama-bench drives it:
     `llama_decode` on `llama_batch_get_one` batches, `llama_synchronize`, the memory cleared
     between runs (n_ctx 1024, logits of the last token only). The same loop through
     `Llama.eval` is timed too and printed as its cost per token;
-  - ninfer in the matching format (f32, f16, q8g32, q4g64), see `ninfer_rates`;
+  - ninfer in the matching format (f32, f16, bf16, q8g32, q4g64, and q4g128 beside Q4_0),
+    see `ninfer_rates`;
   - decode: tokens/s of single-token steps after a 128-token prefill (context 128..192;
     the best 16-step window, see `_measure`);
   - prefill: tokens/s of one 256-token prompt.
@@ -42,8 +43,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# (llama.cpp GGUF type, ninfer --weights format) compared side by side
-FORMATS = [("F32", "f32"), ("F16", "f16"), ("Q8_0", "q8g32"), ("Q4_0", "q4g64")]
+# (llama.cpp GGUF type, ninfer --weights format) compared side by side; q4g128 has no
+# llama.cpp type of its own and is set beside Q4_0 (32-weight groups) as q4g64 is
+FORMATS = [("F32", "f32"), ("F16", "f16"), ("BF16", "bf16"), ("Q8_0", "q8g32"),
+           ("Q4_0", "q4g64"), ("Q4_0", "q4g128")]
 # ~0.5B Qwen3: Qwen3-0.6B's shapes with a 32k vocab and an untied head
 MODEL: dict[str, Any] = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
              num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=32768)
@@ -194,8 +197,8 @@ def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> R
 
 
 def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -> Rates:
-    """ninfer's numbers for weight format `fmt` (f32, f16, q8g32, q4g64), with the default
-    f16 KV cache, as llama.cpp's default. Times the compiled model's Python engine (same
+    """ninfer's numbers for weight format `fmt` (f32, f16, bf16, q8g32, q4g64, q4g128), with
+    the default f16 KV cache, as llama.cpp's default. Times the compiled model's Python engine (same
     runtime and kernels as the server). Weight bytes per token: the memory plan's weight
     bytes less the embedding table (of which a step reads one row).
     """
@@ -274,7 +277,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3,
                     help="alternating llama.cpp / ninfer rounds per format (medians reported)")
     ap.add_argument("--formats", default=",".join(q for q, _ in FORMATS),
-                    help="comma-separated GGUF types to run (F32,F16,Q8_0,Q4_0)")
+                    help="comma-separated GGUF types or ninfer formats to run "
+                         "(F32,F16,BF16,Q8_0,Q4_0; q4g64 or q4g128 picks one Q4_0 pairing)")
     ap.add_argument("--no-ninfer", action="store_true", help="time llama.cpp only")
     ap.add_argument("--model-name", default="qwen3-0.5b", help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=["llamacpp", "ninfer"], help=argparse.SUPPRESS)
@@ -290,10 +294,11 @@ def main() -> None:
     if load > 0.5:
         print(f"warning: load average {load:.1f} before starting: other work on this machine "
               "skews every number below", flush=True)
-    wanted = [f for f in FORMATS if f[0] in args.formats.split(",")]
+    picked = args.formats.split(",")
+    wanted = [f for f in FORMATS if f[0] in picked or f[1] in picked]
     ckpt = build_checkpoint(bench_dir() / args.model_name)
     total, read = param_counts(ckpt)
-    paths = export_all(ckpt, [q for q, _ in wanted])
+    paths = export_all(ckpt, sorted({q for q, _ in wanted}))
     from ninfer.bench.gguf_export import weight_bytes_per_token
 
     roof_bytes = int(max(weight_bytes_per_token(paths[q]) for q, _ in wanted))

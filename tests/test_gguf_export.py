@@ -35,7 +35,7 @@ def demo_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0", "Q4_0"])
+@pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q8_0", "Q4_0"])
 def test_metadata_and_tensor_names(demo_checkpoint: Path, tmp_path: Path, qtype: str) -> None:
     pytest.importorskip("gguf")
     cfg = json.loads((demo_checkpoint / "config.json").read_text())
@@ -43,7 +43,8 @@ def test_metadata_and_tensor_names(demo_checkpoint: Path, tmp_path: Path, qtype:
     fields, tensors = _fields(path)
 
     assert fields["general.architecture"] == "qwen3"
-    assert fields["general.file_type"] == {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7}[qtype]
+    file_types = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32}
+    assert fields["general.file_type"] == file_types[qtype]
     expect = {
         "qwen3.block_count": cfg["num_hidden_layers"],
         "qwen3.context_length": cfg["max_position_embeddings"],
@@ -79,7 +80,7 @@ def test_metadata_and_tensor_names(demo_checkpoint: Path, tmp_path: Path, qtype:
     names = {"token_embd.weight", "output_norm.weight"} | {
         f"blk.{i}.{t}.weight" for i in range(cfg["num_hidden_layers"]) for t in per_layer}
     assert set(tensors) == names  # tied embeddings: no output.weight
-    matrix_type = {"F32": "F32", "F16": "F16", "Q8_0": "Q8_0", "Q4_0": "Q4_0"}[qtype]
+    matrix_type = qtype
     for name, t in tensors.items():
         expect_type = "F32" if len(t.shape) == 1 else matrix_type
         assert t.tensor_type.name == expect_type, name
@@ -98,7 +99,8 @@ def test_values_round_trip(demo_checkpoint: Path, tmp_path: Path) -> None:
     from ninfer.frontend.checkpoint import open_checkpoint
 
     ref = open_checkpoint(demo_checkpoint).load("model.layers.1.mlp.down_proj.weight")
-    for qtype, tol in (("F32", 0.0), ("F16", 1e-3), ("Q8_0", 1e-2), ("Q4_0", 0.2)):
+    for qtype, tol in (("F32", 0.0), ("F16", 1e-3), ("BF16", 8e-3), ("Q8_0", 1e-2),
+                       ("Q4_0", 0.2)):
         path = export_gguf(demo_checkpoint, tmp_path / f"{qtype}.gguf", qtype)
         t = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}["blk.1.ffn_down.weight"]
         got = gguf.quants.dequantize(t.data, t.tensor_type).reshape(ref.shape)

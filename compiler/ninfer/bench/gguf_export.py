@@ -5,7 +5,7 @@ checkpoint (config.json + safetensors + tokenizer.json, read with the frontend) 
 file that llama.cpp loads: its architecture metadata, a gpt2-style BPE vocabulary (tokens,
 merges, token types, special ids, chat template) and the tensors under llama.cpp's names.
 
-qtype: F32, F16, Q8_0 or Q4_0. Norm weights, biases and rope factors stay F32 (as
+qtype: F32, F16, BF16, Q8_0 or Q4_0. Norm weights, biases and rope factors stay F32 (as
 llama.cpp's converter keeps them); every 2-D matrix, token embedding and output head
 included, gets `qtype` ("pure" quantization: llama-quantize would give the output head
 Q6_K; here every matrix shares the format, so a comparison against one of our weight
@@ -35,7 +35,7 @@ from ninfer.frontend.checkpoint import Checkpoint, open_checkpoint
 from ninfer.frontend.config import FrontendError, ModelConfig
 from ninfer.frontend.llama import HF_NAMES
 
-QTYPES = ("F32", "F16", "Q8_0", "Q4_0")
+QTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0")
 
 # Hugging Face architecture -> llama.cpp architecture name.
 GGUF_ARCH = {
@@ -229,9 +229,10 @@ def export_gguf(checkpoint_dir: str | Path, out_path: str | Path, qtype: str = "
         raise FrontendError("GGUF export: yarn rope scaling is not supported")
 
     qt = gguf.GGMLQuantizationType
-    target = {"F32": qt.F32, "F16": qt.F16, "Q8_0": qt.Q8_0, "Q4_0": qt.Q4_0}[qtype]
+    target = {"F32": qt.F32, "F16": qt.F16, "BF16": qt.BF16, "Q8_0": qt.Q8_0,
+              "Q4_0": qt.Q4_0}[qtype]
     file_type = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
-                 "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+                 "BF16": gguf.LlamaFileType.MOSTLY_BF16, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
                  "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[qtype]
 
     out = Path(out_path)
