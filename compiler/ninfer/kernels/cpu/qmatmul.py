@@ -142,10 +142,19 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     NP = -(-NJB // G_PANEL)
 
     vnni = use_vnni()
+    # gemm, q8, VNNI: x is stored as xu = xq + 128 (unsigned) and each group's dot is
+    # vpdpbusd(-128 * sum(q), xu, q) = sum(xq * q): one instruction per (row, column, group)
+    # instead of vpsignb + vpdpbusd; the -128 * sum(q) of a column tile's groups are made
+    # once per k block and row block (fill_wsums). The same integers, so the same bits as
+    # the gemv's vpsignb path.
+    OFFSET = vnni and not Q4 and MR > 1
     zero = tirx.Broadcast(tirx.const(0, "int32"), LANES)
+    ones_u8 = tirx.Broadcast(tirx.const(1, "uint8"), BYTES)
+    seven = tirx.Broadcast(tirx.const(7, "int32"), LANES)
 
-    def group_dot(q, xq, xa, i, j, g):
-        """int32x8 whose lanes sum to the exact integer dot of group g (row i, column j)."""
+    def group_dot(q, xq, xa, i, j, g, wn=None, c=0, gl=0):
+        """int32x8 whose lanes sum to the exact integer dot of group g (row i, column j;
+        OFFSET: wn[c, gl] holds its -128 * sum(q))."""
         if Q4:
             acc = zero if vnni else None
             for c in range(G // 64):
@@ -161,6 +170,8 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     acc = p if acc is None else acc + p
             return acc if vnni else _maddwd(acc)
         wb = q[j, _vec(g * G, BYTES)]
+        if OFFSET:
+            return _dpbusd(wn[c, gl, _vec(i64(0), LANES)], xa[i, _vec(g * G, BYTES)], wb)
         ws = _psignb(wb, xq[i, _vec(g * G, BYTES)])
         if vnni:
             return _dpbusd(zero, xa[i, _vec(g * G, BYTES)], ws)
@@ -203,11 +214,18 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                         xq[i, g * G + t * LANES + v] = T.Cast(
                             "int8", T.nearbyint(x[i, g * G + t * LANES + v] * inv)
                         )
-                for t in range(G // LANES):
-                    for v in T.vectorized(LANES):
-                        xa[i, g * G + t * LANES + v] = T.Cast(
-                            "int8", T.abs(xq[i, g * G + t * LANES + v])
-                        )
+                if OFFSET:
+                    for t in range(G // LANES):
+                        for v in T.vectorized(LANES):
+                            xa[i, g * G + t * LANES + v] = T.Cast(
+                                "uint8", T.Cast("int32", xq[i, g * G + t * LANES + v]) + 128
+                            )
+                else:
+                    for t in range(G // LANES):
+                        for v in T.vectorized(LANES):
+                            xa[i, g * G + t * LANES + v] = T.Cast(
+                                "int8", T.abs(xq[i, g * G + t * LANES + v])
+                            )
 
     @T.macro
     def quantize_x(x, xq, xa, xs, xc, n):
@@ -235,7 +253,15 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     sg[r, c, g0 + g] = T.Cast(F32, sc[j0 + c, g0 + g]) * xs[i0 + r, g0 + g]
 
     @T.macro
-    def micro(q, sc, xq, xa, xs, xc, out, acc, sg, i0, j0, g0, gn, R, C, PF, FILL):
+    def fill_wsums(q, wn, j0, g0, gn, C):
+        # wn[c, g] = -128 * (sums of 4 adjacent q) of group g0 + g of column j0 + c (OFFSET)
+        for c in T.unroll(C):
+            for g in range(gn):
+                wn[c, g, _vec(i64(0), LANES)] = zero - tirx.shift_left(
+                    _dpbusd(zero, ones_u8, q[j0 + c, _vec((g0 + g) * G, BYTES)]), seven)
+
+    @T.macro
+    def micro(q, sc, xq, xa, xs, xc, out, acc, sg, i0, j0, g0, gn, R, C, PF, FILL, wn=None):
         # out[i0:i0+R, j0:j0+C] += the groups g0 .. g0+gn-1 of k (one k block).
         # 1. sg[r, c, g] = d * dx (FILL > 0: made here; else the caller has made them);
         #    for q4 the groups' offset corrections d * dx * (-8 * sum xq) go into acc.
@@ -262,7 +288,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             for r in T.unroll(R):
                 for c in T.unroll(C):
                     acc[r, c, _vec(i64(0), LANES)] = acc[r, c, _vec(i64(0), LANES)] + T.Cast(
-                        "float32x8", group_dot(q, xq, xa, i0 + r, j0 + c, g0 + g)
+                        "float32x8", group_dot(q, xq, xa, i0 + r, j0 + c, g0 + g, wn, c, g)
                     ) * T.Broadcast(sg[r, c, g0 + g], LANES)
         for r in T.unroll(R):
             for c in T.unroll(C):
@@ -309,6 +335,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         for p in T.parallel(NP):
             acc = scratch((MR, NR, LANES))
             sg = scratch((MR, NR, NG))
+            wn = scratch((NR, GB, LANES), "int32")
             jb_end = T.bind(T.min(p * G_PANEL + G_PANEL, NJB))
             init(bias, out, n, 0, p * G_PANEL * NR, jb_end * NR)
             for kb in range(NKB):
@@ -318,28 +345,33 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     rows = T.bind(T.min(n - io * MB, i64(MB)))
                     full = T.bind(rows // MR * MR)
                     for jb in range(p * G_PANEL, jb_end):
+                        if OFFSET:
+                            fill_wsums(q, wn, jb * NR, g0, gn, NR)
                         for ib in range(rows // MR):
                             micro(q, sc, xq, xa, xs, xc, out, acc, sg, io * MB + ib * MR,
-                                  jb * NR, g0, gn, MR, NR, 0, 1)
+                                  jb * NR, g0, gn, MR, NR, 0, 1, wn)
                         for ii in range(full, rows):
                             micro(q, sc, xq, xa, xs, xc, out, acc, sg, io * MB + ii,
-                                  jb * NR, g0, gn, 1, NR, 0, 1)
+                                  jb * NR, g0, gn, 1, NR, 0, 1, wn)
 
     @T.macro
     def column_tail(q, sc, xq, xa, xs, xc, bias, out, n):
         for jt in T.parallel(N - N0):
             acc = scratch((1, 1, LANES))
             sg = scratch((1, 1, NG))
+            wn = scratch((1, GB, LANES), "int32")
             init(bias, out, n, 0, N0 + jt, N0 + jt + 1)
             for kb in range(NKB):
+                if OFFSET:
+                    fill_wsums(q, wn, N0 + jt, kb * GB, T.min(GB, NG - kb * GB), 1)
                 for i in range(n):
                     micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, N0 + jt, kb * GB,
-                          T.min(GB, NG - kb * GB), 1, 1, 0, 1)
+                          T.min(GB, NG - kb * GB), 1, 1, 0, 1, wn)
 
     @T.macro
     def body(x, q, sc, bias, out, n):
         xq = irb.alloc_buffer((n, i64(K)), "int8")
-        xa = irb.alloc_buffer((n, i64(K if not Q4 else 1)), "int8")
+        xa = irb.alloc_buffer((n, i64(K if not Q4 else 1)), "uint8" if OFFSET else "int8")
         xs = irb.alloc_buffer((n, i64(NG)), F32)
         xc = irb.alloc_buffer((n, i64(NG if Q4 else 1)), F32)
         quantize_x(x, xq, xa, xs, xc, n)
