@@ -27,12 +27,13 @@ group is an exact integer dot product, 32 multiply-adds per instruction:
    vector; then acc += float(dot) * (d * dx) group after group, and the lanes of acc are
    added into out, block after block.
 
-Schedules. gemv: one task per (weight row, pair of x rows), pairs innermost; both rows
-use each unpacked weight vector (an odd count's last row runs alone; batched decode of 4
-rows costs ~2.6x one row instead of ~3.6x); a task streams its weight row front to back
-and prefetches PREFETCH_BYTES ahead in the weight array (rows are short, e.g. 2 KB for
-q4 at k = 4096, and the hardware prefetchers alone lose time at every row start); the
-rows' d * dx are computed first, 8 per vcvtph2ps + vmulps, and read
+Schedules. gemv: one task per (4 weight rows N/4 apart, pair of x rows), pairs
+innermost, so that a thread's contiguous range of tasks reads 4 long streams of w (one
+stream of adjacent rows read ~25% slower for q8, RESULTS 2026-12-02); both rows use each
+unpacked weight vector (an odd count's last row runs alone); each stream is prefetched
+PREFETCH_BYTES ahead (rows are short, e.g. 2 KB for q4 at k = 4096, and the hardware
+prefetchers alone lose time at every row start); the N % 4 last columns run one at a
+time; the rows' d * dx are computed first, 8 per vcvtph2ps + vmulps, and read
 back by vbroadcastss. gemm: MR x NR tiles, k blocks, row blocks, parallel over column
 panels. Both perform exactly the operations above in the same order
 for every (row, column), so a row's result is bitwise the same in either schedule and
@@ -70,7 +71,8 @@ class QTiles:
     panels: int  # desired number of column panels (0: one task per column tile)
 
 
-GEMV_TILES = QTiles(mr=1, nr=1, mb=1, panels=0)
+# gemv: a task's NR columns are N / NR apart, so a thread reads NR streams of w
+GEMV_TILES = QTiles(mr=1, nr=4, mb=1, panels=0)
 GEMM_TILES = QTiles(mr=4, nr=2, mb=32, panels=16)
 
 
@@ -239,18 +241,18 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                 quantize_row(x, xq, xa, xs, xc, i)
 
     @T.macro
-    def fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C):
+    def fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C, cs=1):
         # sg[r, c, g] = d * dx for the groups g0 .. g0+gn-1, 8 per vcvtph2ps + vmulps
         for r in T.unroll(R):
             for c in T.unroll(C):
                 for b in range(gn // LANES):
                     for v in T.vectorized(LANES):
                         sg[r, c, g0 + b * LANES + v] = (
-                            T.Cast(F32, sc[j0 + c, g0 + b * LANES + v])
+                            T.Cast(F32, sc[j0 + c * cs, g0 + b * LANES + v])
                             * xs[i0 + r, g0 + b * LANES + v]
                         )
                 for g in range(gn // LANES * LANES, gn):
-                    sg[r, c, g0 + g] = T.Cast(F32, sc[j0 + c, g0 + g]) * xs[i0 + r, g0 + g]
+                    sg[r, c, g0 + g] = T.Cast(F32, sc[j0 + c * cs, g0 + g]) * xs[i0 + r, g0 + g]
 
     @T.macro
     def fill_wsums(q, wn, j0, g0, gn, C):
@@ -261,12 +263,13 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     _dpbusd(zero, ones_u8, q[j0 + c, _vec((g0 + g) * G, BYTES)]), seven)
 
     @T.macro
-    def micro(q, sc, xq, xa, xs, xc, out, acc, sg, i0, j0, g0, gn, R, C, PF, FILL, wn=None):
-        # out[i0:i0+R, j0:j0+C] += the groups g0 .. g0+gn-1 of k (one k block).
+    def micro(q, sc, xq, xa, xs, xc, out, acc, sg, i0, j0, g0, gn, R, C, PF, FILL, wn=None,
+              cs=1):
+        # out[i0:i0+R, j0 + c * cs] (c < C) += the groups g0 .. g0+gn-1 of k (one k block).
         # 1. sg[r, c, g] = d * dx (FILL > 0: made here; else the caller has made them);
         #    for q4 the groups' offset corrections d * dx * (-8 * sum xq) go into acc.
         if FILL > 0:
-            fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C)
+            fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C, cs)
         for r in T.unroll(R):
             for c in T.unroll(C):
                 for v in T.vectorized(LANES):
@@ -281,18 +284,21 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                         acc[r, c, 0] = acc[r, c, 0] + sg[r, c, g0 + g] * xc[i0 + r, g0 + g]
         # 2. acc += float(exact dot of group g) * sg (a broadcast load), group by group;
         #    PF > 0: prefetch the weight stream PF bytes ahead (the last rows clamp it).
-        pf0 = T.bind(T.min(T.Cast("int64", j0) * KQ + g0 * GQ + PF, i64(N * KQ) - gn * GQ))
+        pf0 = T.bind(T.Cast("int64", j0) * KQ + g0 * GQ + PF)
         for g in range(gn):
-            if PF > 0:
-                T.evaluate(prefetch(q, 0, pf0 + g * GQ))
+            if PF > 0:  # each column's stream (C of them, cs rows apart)
+                for c in T.unroll(C):
+                    T.evaluate(prefetch(q, 0, T.min(pf0 + (c * cs * KQ + g * GQ),
+                                                    i64(N * KQ - 1))))
             for r in T.unroll(R):
                 for c in T.unroll(C):
                     acc[r, c, _vec(i64(0), LANES)] = acc[r, c, _vec(i64(0), LANES)] + T.Cast(
-                        "float32x8", group_dot(q, xq, xa, i0 + r, j0 + c, g0 + g, wn, c, g)
+                        "float32x8",
+                        group_dot(q, xq, xa, i0 + r, j0 + c * cs, g0 + g, wn, c, g)
                     ) * T.Broadcast(sg[r, c, g0 + g], LANES)
         for r in T.unroll(R):
             for c in T.unroll(C):
-                out[i0 + r, j0 + c] = out[i0 + r, j0 + c] + hsum(acc, r, c)
+                out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum(acc, r, c)
 
     @T.macro
     def init(bias, out, rows, i0, j0, j1):
@@ -305,13 +311,15 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
 
     @T.macro
     def gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, R):
-        # rows i .. i+R-1 against column tile jb, all k blocks
-        init(bias, out, R, i, jb * NR, jb * NR + NR)
+        # rows i .. i+R-1 against the columns jb + c * NJB (c < NR: NR streams of w far
+        # apart), all k blocks
+        for c in range(NR):
+            init(bias, out, R, i, jb + c * NJB, jb + c * NJB + 1)
         # all scales of the rows first: read back from memory (vbroadcastss m32)
-        fill_scales(sc, xs, sg, i, jb * NR, 0, NG, R, NR)
+        fill_scales(sc, xs, sg, i, jb, 0, NG, R, NR, NJB)
         for kb in range(NKB):
-            micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb * NR, kb * GB,
-                  T.min(GB, NG - kb * GB), R, NR, PREFETCH_BYTES, 0)
+            micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb, kb * GB,
+                  T.min(GB, NG - kb * GB), R, NR, PREFETCH_BYTES, 0, None, NJB)
 
     @T.macro
     def gemv_body(q, sc, xq, xa, xs, xc, bias, out, n):
