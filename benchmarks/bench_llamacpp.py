@@ -296,6 +296,9 @@ def main() -> None:
               "skews every number below", flush=True)
     picked = args.formats.split(",")
     wanted = [f for f in FORMATS if f[0] in picked or f[1] in picked]
+    known = {name for pair in FORMATS for name in pair}
+    if unknown := [f for f in picked if f not in known]:
+        ap.error(f"--formats: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     ckpt = build_checkpoint(bench_dir() / args.model_name)
     total, read = param_counts(ckpt)
     paths = export_all(ckpt, sorted({q for q, _ in wanted}))

@@ -60,7 +60,6 @@ TILES_256 = MatmulTiles(mr=6, cv=2, kb_bytes=32768, mb=64)
 GEMM_PF_BLOCKS = 2
 # gemv: streams of w per thread for 1, 2 and 3 rows (accumulators: rows x streams x CV)
 GEMV_STREAMS = (4, 3, 2)
-PF_LOCALITY = 3
 PF_BYTES = 2048  # gemv: software prefetch distance along the stream (0: hardware prefetch only)
 
 
@@ -157,7 +156,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
                     for ln in T.unroll(LINES):
                         T.evaluate(prefetch(w, 0, 0, T.min(
                             ((s + j * sd) // SUB * K + k0 + kk) * PANEL + (s + j * sd) % SUB * SC
-                            + ln * LINE + pf, i64(TOTAL - 1)), locality=PF_LOCALITY))
+                            + ln * LINE + pf, i64(TOTAL - 1))))
             for r in T.unroll(R):
                 for c in T.unroll(ST * CV):
                     for v in T.vectorized(VW):
