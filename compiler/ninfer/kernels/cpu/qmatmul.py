@@ -27,14 +27,15 @@ group is an exact integer dot product, 32 multiply-adds per instruction:
    vector; then acc += float(dot) * (d * dx) group after group, and the lanes of acc are
    added into out, block after block.
 
-Schedules. gemv: one task per (4 weight rows N/4 apart, pair of x rows), pairs
-innermost, so that a thread's contiguous range of tasks reads 4 long streams of w (one
-stream of adjacent rows read ~25% slower for q8, RESULTS 2026-12-02); both rows use each
-unpacked weight vector (an odd count's last row runs alone); each stream is prefetched
-PREFETCH_BYTES ahead (rows are short, e.g. 2 KB for q4 at k = 4096, and the hardware
-prefetchers alone lose time at every row start); the N % 4 last columns run one at a
-time; the rows' d * dx are computed first, 8 per vcvtph2ps + vmulps, and read
-back by vbroadcastss. gemm: MR x NR tiles, k blocks, row blocks, parallel over column
+Schedules. gemv: one task per (NR weight rows N/NR apart, up to GEMV_ROWS x rows), row
+tiles innermost, so that a thread's contiguous range of tasks reads NR long streams of w
+(RESULTS 2026-12-02: how many streams read fastest depends on the machine); the task's
+rows use each unpacked weight vector (the last task takes the 1-3 rows left); each stream
+is prefetched PREFETCH_BYTES ahead (rows are short, e.g. 2 KB for q4 at k = 4096, and the
+hardware prefetchers alone lose time at every row start), and the scale rows
+SCALE_PF_TASKS tasks ahead; the N % NR last columns run one at a time; the rows'
+d * dx are computed first, 8 per vcvtph2ps + vmulps, and read back by vbroadcastss.
+gemm: MR x NR tiles, k blocks, row blocks, parallel over column
 panels. Both perform exactly the operations above in the same order
 for every (row, column), so a row's result is bitwise the same in either schedule and
 whatever the other rows are (batch invariance).
@@ -61,6 +62,9 @@ K_BLOCK = 1024
 # gemv: each task prefetches the weight array this many bytes ahead of what it reads
 # (2-8 KB measured alike; none: ~20% slower on q4 at k = 4096).
 PREFETCH_BYTES = 4096
+# gemv: each task prefetches the scale rows of the task this many tasks ahead (0: none;
+# 4: +2-12% for 1-2 rows on the Zen 5 VM, RESULTS 2026-12-02 session 12)
+SCALE_PF_TASKS = 4
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,11 @@ class QTiles:
     panels: int  # desired number of column panels (0: one task per column tile)
 
 
-# gemv: a task's NR columns are N / NR apart, so a thread reads NR streams of w
-GEMV_TILES = QTiles(mr=1, nr=4, mb=1, panels=0)
+# gemv: a task's NR columns are N / NR apart, so a thread reads NR streams of w (and NR of
+# scales). 2 streams: 4 read ~20% faster than 1 on the session-11 VM and ~12% slower than
+# 2 on the Zen 5 one (RESULTS 2026-12-02); 2 is within a few % of the best on both.
+GEMV_TILES = QTiles(mr=1, nr=2, mb=1, panels=0)
+GEMV_ROWS = 4  # gemv: rows of x per task (1..4; the last task of a call takes the rest)
 GEMM_TILES = QTiles(mr=4, nr=2, mb=32, panels=16)
 
 
@@ -315,6 +322,11 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         # apart), all k blocks
         for c in range(NR):
             init(bias, out, R, i, jb + c * NJB, jb + c * NJB + 1)
+        if SCALE_PF_TASKS > 0:
+            for c in T.unroll(NR):
+                for ln in T.unroll(-(-NG // 32)):
+                    T.evaluate(prefetch(sc, T.min(jb + (SCALE_PF_TASKS + c * NJB), i64(N - 1)),
+                                        ln * 32))
         # all scales of the rows first: read back from memory (vbroadcastss m32)
         fill_scales(sc, xs, sg, i, jb, 0, NG, R, NR, NJB)
         for kb in range(NKB):
@@ -323,20 +335,28 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
 
     @T.macro
     def gemv_body(q, sc, xq, xa, xs, xc, bias, out, n):
-        # One task per (column tile, pair of rows): both rows use each unpacked weight
-        # vector of the tile (an odd count's last row runs alone). Rows are unrolled
+        # One task per (column tile, tile of GEMV_ROWS rows): the rows use each unpacked
+        # weight vector of the tile (the last tile takes the rows left). Rows are unrolled
         # inside the group loop, never looped over inside a task: LLVM would hoist the
         # unpacked weights of a whole k block out of such a loop onto the stack.
-        pairs = T.bind((n + 1) // 2)
-        for t in T.parallel(NJB * pairs):
-            jb = T.bind(t // pairs)
-            i = T.bind(t % pairs * 2)
-            acc = scratch((2, NR, LANES))
-            sg = scratch((2, NR, NG))
-            if i + 1 < n:
-                gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 2)
-            else:
-                gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 1)
+        tiles = T.bind((n + (GEMV_ROWS - 1)) // GEMV_ROWS)
+        for t in T.parallel(NJB * tiles):
+            jb = T.bind(t // tiles)
+            i = T.bind(t % tiles * GEMV_ROWS)
+            acc = scratch((GEMV_ROWS, NR, LANES))
+            sg = scratch((GEMV_ROWS, NR, NG))
+            left = T.bind(n - i)
+            if left >= GEMV_ROWS:
+                gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, GEMV_ROWS)
+            if GEMV_ROWS > 3:
+                if left == 3:
+                    gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 3)
+            if GEMV_ROWS > 2:
+                if left == 2:
+                    gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 2)
+            if GEMV_ROWS > 1:
+                if left == 1:
+                    gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 1)
 
     @T.macro
     def gemm_body(q, sc, xq, xa, xs, xc, bias, out, n):
