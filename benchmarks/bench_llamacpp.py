@@ -35,6 +35,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -334,6 +335,10 @@ def main() -> None:
           f"tokens in one batch, best of {args.repeats}; {args.rounds} alternating rounds, "
           f"medians; load average at the end {os.getloadavg()[0]:.1f}")
     print(f"best of {len(roofs)} rooflines, one per round: {roof.describe()}")
+    # The bandwidth moves between two levels in time (RESULTS, session 12): the median says
+    # which level the run mostly saw; the fractions below are of the best.
+    print(f"median of the {len(roofs)} rooflines' read: "
+          f"{statistics.median(r.best_read_gbps for r in roofs):.1f} GB/s")
     bw, peak = roof.best_read_gbps, roof.fma_gflops
     print(f"{'llama.cpp':<10}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'prefill':>9}{'of pk':>6}"
           f"   {'ninfer':<7}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'prefill':>9}{'of pk':>6}"
