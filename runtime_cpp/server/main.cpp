@@ -37,6 +37,9 @@ namespace {
 
 // The route table. Every route but /health needs the API key when one is set; until the
 // model is loaded every other route answers 503 model_loading.
+std::atomic<int> unanswered{0};
+thread_local bool counted_here = false;
+
 void install(httplib::Server& http, const ServingState& state) {
   using Method = void (Routes::*)(const httplib::Request&, httplib::Response&) const;
   auto route = [&state](Method handler, ErrorShape shape = ErrorShape::kOpenAI) {
@@ -81,6 +84,19 @@ void install(httplib::Server& http, const ServingState& state) {
   http.Post("/detokenize", route(&Routes::detokenize));
   http.set_error_handler(not_found);
   http.set_exception_handler(internal_error);
+  // Requests routed but not yet answered: a generation leaves Routes::in_flight before
+  // httplib writes its response, so the stopper also waits for these. The logger runs on
+  // the request's thread after the response is written; requests httplib answers itself
+  // (malformed ones) never reach the pre-routing handler and are not counted.
+  http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    ++unanswered;
+    counted_here = true;
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http.set_logger([](const httplib::Request&, const httplib::Response&) {
+    if (counted_here) --unanswered;
+    counted_here = false;
+  });
 }
 
 // What a loaded model serves with, destroyed after the HTTP server has stopped.
@@ -188,7 +204,8 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "ninfer-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     // The requests in flight end within one step; they are answered before the port
     // closes (bounded, in case a step never returns).
-    for (int waited_ms = 0; routes && routes->in_flight > 0 && waited_ms < 30000; waited_ms += 5)
+    for (int waited_ms = 0;
+         routes && (routes->in_flight > 0 || unanswered > 0) && waited_ms < 30000; waited_ms += 5)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     http.stop();
     end_kept_alive_connections();  // idle clients would hold the exit for the keep-alive timeout
