@@ -40,7 +40,13 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--variant", action="append", required=True)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--stream-mb", type=int, default=1024)
+    p.add_argument("--stream-mb", type=int, default=1024,
+                   help="gemv: weight copies cycled to fill this much (0: one copy, so a "
+                        "shape small enough stays in cache)")
+    p.add_argument("--passes", type=int, default=1,
+                   help="passes over the weight copies per timing (many for a hot measure)")
+    p.add_argument("--shapes", default=None,
+                   help="K:N,... instead of the 0.5B model's five projection shapes")
     return p.parse_args()
 
 
@@ -109,8 +115,10 @@ def main() -> None:
     from ninfer.quantize.weight_formats import format_info, pack, packed_nbytes
 
     layout = "rows" if format_info(args.format).quantized else "panels"
+    shapes = ([tuple(int(v) for v in s.split(":")) for s in args.shapes.split(",")]
+              if args.shapes else SHAPES)
     specs = [MatmulSpec(k=k, n_out=n, wdtype=args.format, schedule=args.schedule,
-                        layout=layout) for k, n in SHAPES]
+                        layout=layout) for k, n in shapes]
     variants = {}  # name -> (executable, its specs)
     for v in args.variant:
         name, _, body = v.partition(":")
@@ -140,14 +148,16 @@ def main() -> None:
                 fns = [ex[s.name()] for s in vspecs]
                 copies_of = weights[vspecs[0].layout]
                 t0 = time.perf_counter()
-                for copy in copies_of:
-                    for fn, x, w, o in zip(fns, xs, copy, outs, strict=True):
-                        fn(x, *w, o)
+                for _ in range(args.passes):
+                    for copy in copies_of:
+                        for fn, x, w, o in zip(fns, xs, copy, outs, strict=True):
+                            fn(x, *w, o)
                 dt = time.perf_counter() - t0
                 if args.schedule == "gemv":
-                    results[(name, r)].append(wbytes * len(copies_of) / dt / 1e9)
+                    results[(name, r)].append(wbytes * len(copies_of) * args.passes / dt / 1e9)
                 else:
-                    results[(name, r)].append(sum(2 * r * s.k * s.n_out for s in specs) / dt / 1e9)
+                    flops = sum(2 * r * s.k * s.n_out for s in specs) * args.passes
+                    results[(name, r)].append(flops / dt / 1e9)
     unit = "GB/s" if args.schedule == "gemv" else "GFLOP/s"
     print(f"{args.format} {args.schedule}, threads={args.threads}, {args.rounds} interleaved "
           f"rounds, {copies} weight copies")

@@ -35,11 +35,13 @@
 namespace ninfer {
 namespace {
 
-// The route table. Every route but /health needs the API key when one is set; until the
-// model is loaded every other route answers 503 model_loading.
+// Requests routed and not yet answered (see install), which the stopper waits for;
+// counted_here: this HTTP thread's request is one of them.
 std::atomic<int> unanswered{0};
 thread_local bool counted_here = false;
 
+// The route table. Every route but /health needs the API key when one is set; until the
+// model is loaded every other route answers 503 model_loading.
 void install(httplib::Server& http, const ServingState& state) {
   using Method = void (Routes::*)(const httplib::Request&, httplib::Response&) const;
   auto route = [&state](Method handler, ErrorShape shape = ErrorShape::kOpenAI) {

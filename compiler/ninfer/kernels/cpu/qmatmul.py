@@ -33,7 +33,7 @@ tiles innermost, so that a thread's contiguous range of tasks reads NR long stre
 rows use each unpacked weight vector (the last task takes the 1-3 rows left); each stream
 is prefetched PREFETCH_BYTES ahead (rows are short, e.g. 2 KB for q4 at k = 4096, and the
 hardware prefetchers alone lose time at every row start), and the scale rows
-SCALE_PF_TASKS tasks ahead; the N % NR last columns run one at a time; the rows'
+SCALE_PF_TILES column tiles ahead; the N % NR last columns run one at a time; the rows'
 d * dx are computed first, 8 per vcvtph2ps + vmulps, and read back by vbroadcastss.
 gemm: MR x NR tiles, k blocks, row blocks, parallel over column
 panels. Both perform exactly the operations above in the same order
@@ -62,9 +62,10 @@ K_BLOCK = 1024
 # gemv: each task prefetches the weight array this many bytes ahead of what it reads
 # (2-8 KB measured alike; none: ~20% slower on q4 at k = 4096).
 PREFETCH_BYTES = 4096
-# gemv: each task prefetches the scale rows of the task this many tasks ahead (0: none;
-# 4: +2-12% for 1-2 rows on the Zen 5 VM, RESULTS 2026-12-02 session 12)
-SCALE_PF_TASKS = 4
+# gemv: each task prefetches the scale rows of the column tile this many tiles ahead (0:
+# none; 4 on top of 2 streams: +2-5% for 1-2 rows on the Zen 5 VM, RESULTS session 12)
+SCALE_PF_TILES = 4
+SCALES_PER_LINE = 64 // 2  # float16 scales per cache line
 
 
 @dataclass(frozen=True)
@@ -322,11 +323,11 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         # apart), all k blocks
         for c in range(NR):
             init(bias, out, R, i, jb + c * NJB, jb + c * NJB + 1)
-        if SCALE_PF_TASKS > 0:
+        if SCALE_PF_TILES > 0:
             for c in T.unroll(NR):
-                for ln in T.unroll(-(-NG // 32)):
-                    T.evaluate(prefetch(sc, T.min(jb + (SCALE_PF_TASKS + c * NJB), i64(N - 1)),
-                                        ln * 32))
+                for ln in T.unroll(-(-NG // SCALES_PER_LINE)):
+                    T.evaluate(prefetch(sc, T.min(jb + (SCALE_PF_TILES + c * NJB), i64(N - 1)),
+                                        ln * SCALES_PER_LINE))
         # all scales of the rows first: read back from memory (vbroadcastss m32)
         fill_scales(sc, xs, sg, i, jb, 0, NG, R, NR, NJB)
         for kb in range(NKB):
