@@ -35,8 +35,9 @@ FORMATS = ["f16", "bf16", "q8g32", "q4g64", "q4g128"]
 SHAPES = {
     "f16": [(200, 37), (2100, 74)],
     "bf16": [(200, 37), (2100, 74)],
-    "q8g32": [(96, 37), (2112, 74)],  # 3 groups; 66 groups = 2 full blocks + 2 groups
-    "q4g64": [(192, 37), (2176, 74)],  # 3 groups; 34 groups
+    # 3 groups (a two-group step and a one-group step); 67 groups = 2 full blocks + 3 groups
+    "q8g32": [(96, 37), (2144, 74)],
+    "q4g64": [(192, 37), (2240, 74)],  # 3 groups; 35 groups
     "q4g128": [(384, 37), (2176, 74)],  # 3 groups; 17 groups
 }
 ROWS = [1, 3, 7, 33]
@@ -121,22 +122,29 @@ def test_rows_are_bitwise_the_same_in_gemv_and_gemm(kernels: tvm.runtime.Executa
 
 
 @pytest.mark.parametrize("fmt", ["q8g32", "q4g64", "q4g128"])
-def test_vnni_and_avx2_group_dots_give_the_same_bits(monkeypatch: pytest.MonkeyPatch,
-                                                     fmt: str) -> None:
-    """vpdpbusd (where the host has AVX-VNNI) and vpmaddubsw + vpmaddwd give the same integer
-    group dots, so the same outputs to the bit: both builds, on any host that runs VNNI."""
+def test_every_group_dot_path_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch,
+                                                  fmt: str) -> None:
+    """vpdpbusd on zmm (AVX-512 VNNI), on two ymm halves (AVX-VNNI) and vpmaddubsw +
+    vpmaddwd (AVX2) give the same integer step dots, so the same outputs to the bit: every
+    build the host can run (k spans three k blocks and, for q8, ends in a one-group step)."""
     from ninfer.kernels.cpu import qmatmul
 
-    if not qmatmul.use_vnni():
-        pytest.skip("this host has no AVX-VNNI: only the vpmaddubsw path can run")
     k, n_out = SHAPES[fmt][1]
     specs = [_spec(k, n_out, True, s, fmt) for s in ("gemv", "gemm")]
     args = _inputs(specs[1], 9, np.random.default_rng(5))
-    vnni = build_cpu_module(specs)
-    monkeypatch.setattr(qmatmul, "use_vnni", lambda: False)
-    avx2 = build_cpu_module(specs)
+    paths = {"host": build_cpu_module(specs)}
+    if qmatmul.use_zmm():
+        monkeypatch.setattr(qmatmul, "use_zmm", lambda: False)
+        paths["ymm"] = build_cpu_module(specs)
+    if qmatmul.use_vnni():
+        monkeypatch.setattr(qmatmul, "use_vnni", lambda: False)
+        paths["avx2"] = build_cpu_module(specs)
+    if len(paths) == 1:
+        pytest.skip("this host has neither VNNI form: only the vpmaddubsw path can run")
     for spec in specs:
-        assert np.array_equal(_run(vnni, spec, args), _run(avx2, spec, args)), spec.name()
+        want = _run(paths["host"], spec, args)
+        for name, ex in paths.items():
+            assert np.array_equal(_run(ex, spec, args), want), f"{spec.name()}: {name}"
 
 
 # Output error of the formats against float32 weights and unrounded activations, with

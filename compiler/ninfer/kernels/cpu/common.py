@@ -82,6 +82,18 @@ def hsum(buf: tirx.Buffer, *prefix: tirx.PrimExpr, lanes: int = VECTOR_LANES) ->
     return terms[0]
 
 
+def hsum_vector(v: tirx.PrimExpr, lanes: int) -> tirx.PrimExpr:
+    """Sum of the lanes of the vector v in `hsum`'s order (lanes i and i + lanes/2 first),
+    as halving vector adds: LLVM turns a tree of scalar lane reads into a long chain of
+    extracts and inserts."""
+    while lanes > 1:
+        half = lanes // 2
+        lo = tirx.Shuffle([v], [tirx.IntImm("int32", i) for i in range(half)])
+        hi = tirx.Shuffle([v], [tirx.IntImm("int32", i + half) for i in range(half)])
+        v, lanes = lo + hi, half
+    return v
+
+
 def hmax(buf: tirx.Buffer, *prefix: tirx.PrimExpr) -> tirx.PrimExpr:
     """Maximum of buf[*prefix, 0:VECTOR_LANES] as a balanced tree."""
     indices = [(*prefix, v) for v in range(VECTOR_LANES)]

@@ -3,29 +3,35 @@
 The weight layout is `quantize.weight_formats`'s: per row, groups of G weights along k with one
 float16 scale d; q8 stores int8 q, q4 stores two offset-binary nibbles per byte (low
 nibble = even k). Dequantizing to float32 for FMAs costs a widening, a conversion and an
-FMA per 8 weights (plus the nibble unpack), which on this AVX2 machine runs at ~1/4 of
-memory speed for q4. Instead, as in llama.cpp, the activations are quantized too and each
-group is an exact integer dot product, 32 multiply-adds per instruction:
+FMA per 8 weights (plus the nibble unpack). Instead, as in llama.cpp, the activations are
+quantized too and each group is an exact integer dot product, 64 multiply-adds per
+instruction:
 
 1. Before the parallel loop (gemv: serially; gemm: parallel over rows), every row of x is
    cut into the same groups of G and rounded to int8 with one float32 scale
    dx = max|x| / 127 per group (numpy model: `quant.quantize_activations`), into
-   workspace buffers. For q4 the int8 values of every 64-long chunk of k are stored evens
-   first, then odds, to line up with the low and high nibbles of 32 weight bytes, and
-   each group's offset correction -8 * sum(xq) is kept (as float); for q8, |xq| is kept.
-2. Group dot products with AVX2 integer instructions (LLVM intrinsics called from TIR):
-   - q4: 32 weight bytes -> lo = b & 15, hi = b >> 4 (the unsigned nibble q + 8);
-     vpmaddubsw(lo, xq_even) + vpmaddubsw(hi, xq_odd) [+ the same for the next 64 k of
-     a 128 group] -> 16 x int16 (at most 8 * 15 * 127 = 15240: no saturation), then
-     vpmaddwd with ones -> 8 x int32.
-   - q8: vpmaddubsw(|xq|, vpsignb(q, xq)) -> 16 x int16 (at most 2 * 127 * 127 < 2^15),
-     vpmaddwd with ones -> 8 x int32.
-   Where the host has AVX-VNNI, vpdpbusd does each vpmaddubsw + vpmaddwd in one instruction
-   (int32 lanes directly; the same integers, since the int16 step never saturates here).
-3. Per k block of K_BLOCK (groups g0..): acc (8 float lanes) starts as the q4 offset
-   corrections sum over the block's groups of d * dx * (-8 * sum xq), 8 groups per
-   vector; then acc += float(dot) * (d * dx) group after group, and the lanes of acc are
-   added into out, block after block.
+   workspace buffers. For q4 the int8 values of every 128-long chunk of k are stored
+   evens first, then odds (a 64-long last chunk: 32 and 32), to line up with the low and
+   high nibbles of 64 weight bytes.
+2. k is walked in *steps* of one 512-bit vector of weight bytes: q8: two groups (64 k);
+   q4g64: two groups (128 k); q4 with G >= 128: one group (G / 128 vectors). A step's
+   exact integer dot is an int32x16 whose lanes sum to it, lane l holding the products of
+   weight bytes 4l..4l+3 (lanes 0-7: the first group of a two-group step). With
+   AVX-512 VNNI, vpdpbusd (u8 x s8, sums of 4 into int32 lanes) on zmm:
+   - q4: vpdpbusd(vpdpbusd(c, b & 15, x_even), b >> 4, x_odd), where the nibbles are
+     q + 8 and the lanes' correction c = -8 * (sums of their x) is made with x;
+   - q8: vpdpbusd(c, q ^ 0x80, x): q ^ 0x80 = q + 128 as an unsigned byte, and
+     c = -128 * (sums of 4 x) per lane.
+   Elsewhere the same lanes come from two 256-bit halves (vpdpbusd on ymm where the host
+   has AVX-VNNI, else vpmaddubsw + vpmaddwd; q8: vpmaddubsw(|x|, vpsignb(q, x)), at most
+   2 * 127 * 128 per int16: no saturation). Every path computes the same exact integers,
+   so the same bits on any x86-64 host with AVX2. A last step of one group (an odd number
+   of groups) has zero upper lanes.
+3. Per k block of K_BLOCK: acc (16 float lanes) starts at 0; per step,
+   acc += float(dot) * s, s the lanes' d * dx (float32(d) * dx, made 8 groups per
+   vcvtph2ps + vmulps into sg; a two-group step's pair of them becomes 16 lanes by one
+   8-byte load and a vpermps); the lanes of acc are added into out (halving vector adds),
+   block after block.
 
 Schedules. gemv: one task per (NR weight rows N/NR apart, up to GEMV_ROWS x rows), row
 tiles innermost, so that a thread's contiguous range of tasks reads NR long streams of w
@@ -33,12 +39,12 @@ tiles innermost, so that a thread's contiguous range of tasks reads NR long stre
 rows use each unpacked weight vector (the last task takes the 1-3 rows left); each stream
 is prefetched PREFETCH_BYTES ahead (rows are short, e.g. 2 KB for q4 at k = 4096, and the
 hardware prefetchers alone lose time at every row start), and the scale rows
-SCALE_PF_TILES column tiles ahead; the N % NR last columns run one at a time; the rows'
-d * dx are computed first, 8 per vcvtph2ps + vmulps, and read back by vbroadcastss.
-gemm: MR x NR tiles, k blocks, row blocks, parallel over column
-panels. Both perform exactly the operations above in the same order
-for every (row, column), so a row's result is bitwise the same in either schedule and
-whatever the other rows are (batch invariance).
+SCALE_PF_TILES column tiles ahead; the rows' sg are made first, for all of k. gemm:
+MR x NR tiles, k blocks, row blocks of MB (the x block of MB rows and its corrections
+stays in L1), parallel over column panels; sg per tile and k block. The N % NR last
+columns run one at a time, as gemm tiles of one column. All perform exactly the
+operations above in the same order for every (row, column), so a row's result is
+bitwise the same in either schedule and whatever the other rows are (batch invariance).
 """
 
 from __future__ import annotations
@@ -52,10 +58,12 @@ from tvm.script.ir_builder import tirx as irb
 from ninfer.quantize.weight_formats import check_k, format_info
 
 from ..spec import MatmulSpec
-from .common import F32, f32, hmax, host_has, hsum, i64, prefetch, scratch
+from .common import F32, f32, hmax, host_has, hsum_vector, i64, prefetch, scratch
 
 LANES = 8  # int32 / float32 lanes of a ymm register
 BYTES = 32  # int8 lanes of a ymm register
+ZL = 16  # int32 / float32 lanes of a step's vectors (a zmm register)
+UNIT = 64  # weight bytes per 512-bit vector
 
 # k values per block whose lane sums are added into out (multiple of every group size).
 K_BLOCK = 1024
@@ -81,7 +89,12 @@ class QTiles:
 # 2 on the Zen 5 one (RESULTS 2026-12-02); 2 is within a few % of the best on both.
 GEMV_TILES = QTiles(mr=1, nr=2, mb=1, panels=0)
 GEMV_ROWS = 4  # gemv: rows of x per task (1..4; the last task of a call takes the rest)
-GEMM_TILES = QTiles(mr=4, nr=2, mb=32, panels=16)
+# gemm on zmm: 12 accumulators of 16 lanes (4 x 2, 6 x 2, 6 x 3 and 8 x 2 measured within
+# noise; 32 rows of x per block, 2 KB each per k block of q4 with its corrections, ran
+# ~10% slower than 16: they no longer fit L1). Without AVX-512 a 16-lane vector is two
+# ymm registers of 16, hence the smaller tile (not measured: this VM has AVX-512).
+GEMM_TILES = QTiles(mr=4, nr=3, mb=16, panels=16)
+GEMM_TILES_YMM = QTiles(mr=2, nr=2, mb=16, panels=16)
 
 
 def _llvm(dtype: str, name: str, *args: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -107,10 +120,9 @@ def _dpbusd(acc: tirx.PrimExpr, u8: tirx.PrimExpr, s8: tirx.PrimExpr) -> tirx.Pr
     return _llvm("int32x8", "llvm.x86.avx512.vpdpbusd.256", acc, u8, s8)
 
 
-def use_vnni() -> bool:
-    """The group dots use vpdpbusd where the host has it (one instruction for vpmaddubsw +
-    vpmaddwd; the integer results are the same)."""
-    return host_has("avxvnni") or (host_has("avx512vnni") and host_has("avx512vl"))
+def _dpbusd512(acc: tirx.PrimExpr, u8: tirx.PrimExpr, s8: tirx.PrimExpr) -> tirx.PrimExpr:
+    """vpdpbusd on zmm: 16 x int32 = acc + the sums of 4 adjacent u8 * s8 products."""
+    return _llvm("int32x16", "llvm.x86.avx512.vpdpbusd.512", acc, u8, s8)
 
 
 def _psignb(a: tirx.PrimExpr, b: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -118,12 +130,36 @@ def _psignb(a: tirx.PrimExpr, b: tirx.PrimExpr) -> tirx.PrimExpr:
     return _llvm("int8x32", "llvm.x86.avx2.psign.b", a, b)
 
 
+def use_vnni() -> bool:
+    """The 256-bit group dots use vpdpbusd where the host has it (one instruction for
+    vpmaddubsw + vpmaddwd; the integer results are the same)."""
+    return host_has("avxvnni") or (host_has("avx512vnni") and host_has("avx512vl"))
+
+
+def use_zmm() -> bool:
+    """Steps are one 512-bit vpdpbusd per weight vector where the host has AVX-512 VNNI
+    (else two 256-bit halves: the same integers)."""
+    return host_has("avx512vnni") and host_has("avx512bw") and host_has("avx512vl")
+
+
 def _vec(base: tirx.PrimExpr, lanes: int) -> tirx.Ramp:
     return tirx.Ramp(base, i64(1), lanes)
 
 
+def _concat(lo: tirx.PrimExpr, hi: tirx.PrimExpr) -> tirx.PrimExpr:
+    """Two 8-lane vectors as one of 16 lanes (lo in lanes 0-7)."""
+    return tirx.Shuffle([lo, hi], [tirx.IntImm("int32", v) for v in range(2 * LANES)])
+
+
+def _bcast(value: tirx.PrimExpr, lanes: int) -> tirx.PrimExpr:
+    return tirx.Broadcast(value, lanes)
+
+
 def qmatmul(spec: MatmulSpec) -> tirx.PrimFunc:
-    tiles = GEMV_TILES if spec.schedule == "gemv" else GEMM_TILES
+    if spec.schedule == "gemv":
+        tiles = GEMV_TILES
+    else:
+        tiles = GEMM_TILES if use_vnni() and use_zmm() else GEMM_TILES_YMM
     return _qmatmul(spec, tiles)
 
 
@@ -141,10 +177,17 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         raise ValueError(f"cpu_qmatmul: q8 groups must be {BYTES} long, got {G}")
     NG = K // G  # groups per row
     GB = K_BLOCK // G  # groups per k block
-    NKB = -(-NG // GB)
     KQ = K // 2 if Q4 else K  # bytes of q per row
-    GQ = KQ // NG  # bytes of q per group
     QDT = "uint8" if Q4 else "int8"
+    KU = 128 if Q4 else 64  # k per weight vector of UNIT bytes
+    GPS = max(1, KU // G)  # groups per step (2 or 1)
+    UPS = max(1, G // KU)  # weight vectors per step
+    NSF = NG // GPS  # full steps per row
+    TAIL = NG % GPS  # 1: a last step of one group
+    NS = NSF + TAIL
+    SPB = GB // GPS  # steps per full k block
+    NKBF = NSF // SPB  # full k blocks
+    REM = NSF % SPB  # full steps of the last, partial k block (with the tail step)
     MR, NR, MB = tl.mr, tl.nr, tl.mb
     NJB = N // NR
     N0 = NJB * NR
@@ -152,44 +195,104 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     NP = -(-NJB // G_PANEL)
 
     vnni = use_vnni()
-    # gemm, q8, VNNI: x is stored as xu = xq + 128 (unsigned) and each group's dot is
-    # vpdpbusd(-128 * sum(q), xu, q) = sum(xq * q): one instruction per (row, column, group)
-    # instead of vpsignb + vpdpbusd; the -128 * sum(q) of a column tile's groups are made
-    # once per k block and row block (fill_wsums). The same integers, so the same bits as
-    # the gemv's vpsignb path.
-    OFFSET = vnni and not Q4 and MR > 1
-    zero = tirx.Broadcast(tirx.const(0, "int32"), LANES)
+    zmm = vnni and use_zmm()
+    CORR = Q4 or vnni  # the dots start from per-lane corrections made with x
+    ABSX = not Q4 and not vnni  # q8 without VNNI: vpsignb path, |x| kept
+    zero8 = tirx.Broadcast(tirx.const(0, "int32"), LANES)
+    zero8f = tirx.Broadcast(f32(0.0), LANES)
     ones_u8 = tirx.Broadcast(tirx.const(1, "uint8"), BYTES)
-    seven = tirx.Broadcast(tirx.const(7, "int32"), LANES)
 
-    def group_dot(q, xq, xa, i, j, g, wn=None, c=0, gl=0):
-        """int32x8 whose lanes sum to the exact integer dot of group g (row i, column j;
-        OFFSET: wn[c, gl] holds its -128 * sum(q))."""
-        if Q4:
-            acc = zero if vnni else None
-            for c in range(G // 64):
-                wb = q[j, _vec(g * (G // 2) + c * BYTES, BYTES)]
-                lo = wb & tirx.Broadcast(tirx.const(15, "uint8"), BYTES)
-                hi = wb >> tirx.Broadcast(tirx.const(4, "uint8"), BYTES)
-                xe = xq[i, _vec(g * G + c * 64, BYTES)]
-                xo = xq[i, _vec(g * G + c * 64 + BYTES, BYTES)]
-                if vnni:
-                    acc = _dpbusd(_dpbusd(acc, lo, xe), hi, xo)
-                else:
-                    p = _maddubs(lo, xe) + _maddubs(hi, xo)
-                    acc = p if acc is None else acc + p
-            return acc if vnni else _maddwd(acc)
-        wb = q[j, _vec(g * G, BYTES)]
-        if OFFSET:
-            return _dpbusd(wn[c, gl, _vec(i64(0), LANES)], xa[i, _vec(g * G, BYTES)], wb)
-        ws = _psignb(wb, xq[i, _vec(g * G, BYTES)])
+    def sum4(xv: tirx.PrimExpr) -> tirx.PrimExpr:
+        """int32x8: sums of 4 adjacent int8 of a 32-byte x vector."""
         if vnni:
-            return _dpbusd(zero, xa[i, _vec(g * G, BYTES)], ws)
-        return _maddwd(_maddubs(xa[i, _vec(g * G, BYTES)], ws))
+            return _dpbusd(zero8, ones_u8, xv)
+        return _maddwd(_maddubs(ones_u8, xv))
+
+    def nibbles(wb: tirx.PrimExpr, lanes: int) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
+        return (wb & tirx.Broadcast(tirx.const(15, "uint8"), lanes),
+                wb >> tirx.Broadcast(tirx.const(4, "uint8"), lanes))
+
+    def flip(wb: tirx.PrimExpr, lanes: int) -> tirx.PrimExpr:
+        """q ^ 0x80: q + 128 as an unsigned byte."""
+        return tirx.bitwise_xor(wb, tirx.Broadcast(tirx.const(-128, "int8"), lanes))
+
+    def x_offsets(s, u, h, tail):
+        """(weight byte, x even / x offset, x odd offset) of 32-byte half h of vector u
+        of step s (q8: the odd offset is unused)."""
+        if Q4:
+            base = (s * UPS + u) * 128
+            if tail:
+                return s * UPS * UNIT, base, base + BYTES
+            return (s * UPS + u) * UNIT + h * BYTES, base + h * BYTES, base + 64 + h * BYTES
+        return s * UNIT + h * BYTES, s * UNIT + h * BYTES, 0
+
+    def half_dot(q, xq, xa, xcor, i, j, s, u, h, tail, cor):
+        """int32x8: lanes 8h..8h+7 of vector u of step s (cor: start from the corrections)."""
+        wo, xe, xo = x_offsets(s, u, h, tail)
+        wb = q[j, _vec(wo, BYTES)]
+        start = xcor[i, _vec(s * ZL + h * LANES, LANES)] if cor else zero8
+        if Q4:
+            lo, hi = nibbles(wb, BYTES)
+            if vnni:
+                return _dpbusd(_dpbusd(start, lo, xq[i, _vec(xe, BYTES)]), hi,
+                               xq[i, _vec(xo, BYTES)])
+            p = _maddwd(_maddubs(lo, xq[i, _vec(xe, BYTES)])
+                        + _maddubs(hi, xq[i, _vec(xo, BYTES)]))
+            return p + start if cor else p
+        if vnni:
+            return _dpbusd(start, flip(wb, BYTES), xq[i, _vec(xe, BYTES)])
+        return _maddwd(_maddubs(xa[i, _vec(xe, BYTES)], _psignb(wb, xq[i, _vec(xe, BYTES)])))
+
+    def step_dot(q, xq, xa, xcor, i, j, s, tail):
+        """int32x16 whose lanes sum to the exact integer dot of step s (row i, column j)."""
+        if tail:
+            return _concat(half_dot(q, xq, xa, xcor, i, j, s, 0, 0, True, CORR), zero8)
+        if zmm:
+            acc = xcor[i, _vec(s * ZL, ZL)]  # zmm implies VNNI: CORR
+            for u in range(UPS):
+                if Q4:
+                    base = (s * UPS + u) * 128
+                    lo, hi = nibbles(q[j, _vec((s * UPS + u) * UNIT, UNIT)], UNIT)
+                    acc = _dpbusd512(_dpbusd512(acc, lo, xq[i, _vec(base, UNIT)]), hi,
+                                     xq[i, _vec(base + 64, UNIT)])
+                else:
+                    acc = _dpbusd512(acc, flip(q[j, _vec(s * UNIT, UNIT)], UNIT),
+                                     xq[i, _vec(s * UNIT, UNIT)])
+            return acc
+        acc = None
+        for u in range(UPS):
+            v = _concat(*(half_dot(q, xq, xa, xcor, i, j, s, u, h, False, CORR and u == 0)
+                          for h in range(2)))
+            acc = v if acc is None else acc + v
+        return acc
+
+    def pair_scale(sg, r, c, s, tail):
+        """float32x16: a step's d * dx from the per-group sg[r, c, g] (gemv)."""
+        if GPS == 1:
+            return _bcast(sg[r, c, s], ZL)
+        if tail:
+            return _concat(_bcast(sg[r, c, s * 2], LANES), zero8f)
+        # one 8-byte load and one vpermps
+        pair = sg[r, c, _vec(s * 2, 2)]
+        return tirx.Shuffle([pair] * LANES, [tirx.IntImm("int32", v // LANES) for v in range(ZL)])
+
+    evens = [tirx.IntImm("int32", 2 * v) for v in range(LANES)]
+    odds = [tirx.IntImm("int32", 2 * v + 1) for v in range(LANES)]
 
     @T.macro
-    def quantize_row(x, xq, xa, xs, xc, i):
-        # row i of x -> xq (and |xq| or the q4 corrections), dx per group
+    def deinterleave(x, xq, inv, i, k0, p0, W):
+        # q4: x[i, k0 : k0 + 16] rounded with its group's 127 / max|x|, evens to xq[i, p0:]
+        # and odds to xq[i, p0 + W:] (vector loads and shuffles, not a strided gather)
+        xv = T.bind(x[i, _vec(k0, 2 * LANES)])
+        m = T.bind(_bcast(inv[k0 // G], LANES))
+        xq[i, _vec(p0, LANES)] = T.Cast("int8x8", T.nearbyint(tirx.Shuffle([xv], evens) * m))
+        xq[i, _vec(p0 + W, LANES)] = T.Cast("int8x8", T.nearbyint(tirx.Shuffle([xv], odds) * m))
+
+    @T.macro
+    def quantize_row(x, xq, xa, xcor, xs, i):
+        # row i of x -> xq (q4: chunks of 128 as evens, odds), dx per group (xs),
+        # the lanes' corrections (xcor) or |xq| (xa)
+        inv = scratch((NG,))
         for g in range(NG):
             m8 = scratch((LANES,))
             for v in T.vectorized(LANES):
@@ -199,57 +302,65 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     m8[v] = T.max(m8[v], T.fabs(x[i, g * G + t * LANES + v]))
             amax = T.bind(hmax(m8))
             xs[i, g] = amax / f32(127.0)
-            inv = T.bind(T.if_then_else(amax > f32(0.0), f32(127.0) / amax, f32(0.0)))
-            if Q4:
-                for c in range(G // 64):
-                    for h in range(2):
-                        for t in range(BYTES // LANES):
-                            for v in T.vectorized(LANES):
-                                xq[i, g * G + c * 64 + h * BYTES + t * LANES + v] = T.Cast(
-                                    "int8",
-                                    T.nearbyint(
-                                        x[i, g * G + c * 64 + (t * LANES + v) * 2 + h] * inv
-                                    ),
-                                )
-                s8 = scratch((LANES,), "int32")
-                for v in T.vectorized(LANES):
-                    s8[v] = 0
-                for t in range(G // LANES):
-                    for v in T.vectorized(LANES):
-                        s8[v] = s8[v] + T.Cast("int32", xq[i, g * G + t * LANES + v])
-                xc[i, g] = T.Cast(F32, hsum(s8) * -8)
-            else:
+            inv[g] = T.if_then_else(amax > f32(0.0), f32(127.0) / amax, f32(0.0))
+        if Q4:
+            for c in range(K // 128):
+                for t in T.unroll(64 // LANES):
+                    deinterleave(x, xq, inv, i, c * 128 + t * 2 * LANES, c * 128 + t * LANES, 64)
+            if K % 128 > 0:
+                for t in T.unroll(BYTES // LANES):
+                    deinterleave(x, xq, inv, i, K - 64 + t * 2 * LANES, K - 64 + t * LANES, BYTES)
+        else:
+            for g in range(NG):
                 for t in range(G // LANES):
                     for v in T.vectorized(LANES):
                         xq[i, g * G + t * LANES + v] = T.Cast(
-                            "int8", T.nearbyint(x[i, g * G + t * LANES + v] * inv)
-                        )
-                if OFFSET:
-                    for t in range(G // LANES):
-                        for v in T.vectorized(LANES):
-                            xa[i, g * G + t * LANES + v] = T.Cast(
-                                "uint8", T.Cast("int32", xq[i, g * G + t * LANES + v]) + 128
-                            )
+                            "int8", T.nearbyint(x[i, g * G + t * LANES + v] * inv[g]))
+            if ABSX:
+                for t in range(K // LANES):
+                    for v in T.vectorized(LANES):
+                        xa[i, t * LANES + v] = T.Cast("int8", T.abs(xq[i, t * LANES + v]))
+        # per step: the lanes' corrections
+        if CORR:
+            for s in range(NSF):
+                for h in range(2):
+                    for v in T.vectorized(LANES):
+                        xcor[i, s * ZL + h * LANES + v] = 0
+                    for u in range(UPS):
+                        if Q4:
+                            xcor[i, _vec(s * ZL + h * LANES, LANES)] = xcor[
+                                i, _vec(s * ZL + h * LANES, LANES)] - tirx.shift_left(
+                                sum4(xq[i, _vec((s * UPS + u) * 128 + h * BYTES, BYTES)])
+                                + sum4(xq[i, _vec((s * UPS + u) * 128 + 64 + h * BYTES, BYTES)]),
+                                _bcast(tirx.const(3, "int32"), LANES))
+                        else:
+                            xcor[i, _vec(s * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
+                                sum4(xq[i, _vec(s * UNIT + h * BYTES, BYTES)]),
+                                _bcast(tirx.const(7, "int32"), LANES))
+            if TAIL > 0:
+                if Q4:
+                    xcor[i, _vec(NSF * ZL, LANES)] = zero8 - tirx.shift_left(
+                        sum4(xq[i, _vec(K - 64, BYTES)]) + sum4(xq[i, _vec(K - BYTES, BYTES)]),
+                        _bcast(tirx.const(3, "int32"), LANES))
                 else:
-                    for t in range(G // LANES):
-                        for v in T.vectorized(LANES):
-                            xa[i, g * G + t * LANES + v] = T.Cast(
-                                "int8", T.abs(xq[i, g * G + t * LANES + v])
-                            )
+                    xcor[i, _vec(NSF * ZL, LANES)] = zero8 - tirx.shift_left(
+                        sum4(xq[i, _vec(K - BYTES, BYTES)]), _bcast(tirx.const(7, "int32"), LANES))
+                for v in T.vectorized(LANES):
+                    xcor[i, NSF * ZL + LANES + v] = 0
 
     @T.macro
-    def quantize_x(x, xq, xa, xs, xc, n):
+    def quantize_x(x, xq, xa, xcor, xs, n):
         # Before the matmul's parallel loop. gemv (a few rows): serially on the calling
         # thread, which is cheaper than another parallel launch; gemm: parallel over rows.
         if MR > 1:
             for i in T.parallel(n):
-                quantize_row(x, xq, xa, xs, xc, i)
+                quantize_row(x, xq, xa, xcor, xs, i)
         else:
             for i in range(n):
-                quantize_row(x, xq, xa, xs, xc, i)
+                quantize_row(x, xq, xa, xcor, xs, i)
 
     @T.macro
-    def fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C, cs=1):
+    def fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C, cs):
         # sg[r, c, g] = d * dx for the groups g0 .. g0+gn-1, 8 per vcvtph2ps + vmulps
         for r in T.unroll(R):
             for c in T.unroll(C):
@@ -262,51 +373,56 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                 for g in range(gn // LANES * LANES, gn):
                     sg[r, c, g0 + g] = T.Cast(F32, sc[j0 + c * cs, g0 + g]) * xs[i0 + r, g0 + g]
 
-    @T.macro
-    def fill_wsums(q, wn, j0, g0, gn, C):
-        # wn[c, g] = -128 * (sums of 4 adjacent q) of group g0 + g of column j0 + c (OFFSET)
-        for c in T.unroll(C):
-            for g in range(gn):
-                wn[c, g, _vec(i64(0), LANES)] = zero - tirx.shift_left(
-                    _dpbusd(zero, ones_u8, q[j0 + c, _vec((g0 + g) * G, BYTES)]), seven)
+    def scaled(q, xq, xa, xcor, acc, sg, i0, j0, s0, s, tail, r, c, gemv):
+        """acc[r, c] + float(dot of step s0 + s) * its d * dx (gemv: the columns NJB apart;
+        gemm: adjacent)."""
+        j = j0 + c * NJB if gemv else j0 + c
+        dot = T.Cast("float32x16", step_dot(q, xq, xa, xcor, i0 + r, j, s0 + s, tail))
+        return acc[r, c, _vec(i64(0), ZL)] + dot * pair_scale(sg, r, c, s0 + s, tail)
 
-    @T.macro
-    def micro(q, sc, xq, xa, xs, xc, out, acc, sg, i0, j0, g0, gn, R, C, PF, FILL, wn=None,
-              cs=1):
-        # out[i0:i0+R, j0 + c * cs] (c < C) += the groups g0 .. g0+gn-1 of k (one k block).
-        # 1. sg[r, c, g] = d * dx (FILL > 0: made here; else the caller has made them);
-        #    for q4 the groups' offset corrections d * dx * (-8 * sum xq) go into acc.
-        if FILL > 0:
-            fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C, cs)
-        for r in T.unroll(R):
-            for c in T.unroll(C):
-                for v in T.vectorized(LANES):
-                    acc[r, c, v] = f32(0.0)
-                if Q4:
-                    for b in range(gn // LANES):
-                        for v in T.vectorized(LANES):
-                            acc[r, c, v] = acc[r, c, v] + (
-                                sg[r, c, g0 + b * LANES + v] * xc[i0 + r, g0 + b * LANES + v]
-                            )
-                    for g in range(gn // LANES * LANES, gn):
-                        acc[r, c, 0] = acc[r, c, 0] + sg[r, c, g0 + g] * xc[i0 + r, g0 + g]
-        # 2. acc += float(exact dot of group g) * sg (a broadcast load), group by group;
-        #    PF > 0: prefetch the weight stream PF bytes ahead (the last rows clamp it).
-        pf0 = T.bind(T.Cast("int64", j0) * KQ + g0 * GQ + PF)
-        for g in range(gn):
-            if PF > 0:  # each column's stream (C of them, cs rows apart)
-                for c in T.unroll(C):
-                    T.evaluate(prefetch(q, 0, T.min(pf0 + (c * cs * KQ + g * GQ),
-                                                    i64(N * KQ - 1))))
+    def step_macro(tail: bool, gemv: bool):
+        @T.macro
+        def step(q, xq, xa, xcor, acc, sg, i0, j0, s0, s, R, C):
             for r in T.unroll(R):
                 for c in T.unroll(C):
-                    acc[r, c, _vec(i64(0), LANES)] = acc[r, c, _vec(i64(0), LANES)] + T.Cast(
-                        "float32x8",
-                        group_dot(q, xq, xa, i0 + r, j0 + c * cs, g0 + g, wn, c, g)
-                    ) * T.Broadcast(sg[r, c, g0 + g], LANES)
-        for r in T.unroll(R):
-            for c in T.unroll(C):
-                out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum(acc, r, c)
+                    acc[r, c, _vec(i64(0), ZL)] = scaled(q, xq, xa, xcor, acc, sg,
+                                                         i0, j0, s0, s, tail, r, c, gemv)
+        return step
+
+    step_gemv, tail_gemv = step_macro(False, True), step_macro(True, True)
+    step_gemm, tail_gemm = step_macro(False, False), step_macro(True, False)
+
+    def micro_macro(gemv: bool):
+        step, tail_step = (step_gemv, tail_gemv) if gemv else (step_gemm, tail_gemm)
+        PF = PREFETCH_BYTES if gemv else 0
+        cs = NJB if gemv else 1
+
+        @T.macro
+        def micro(q, xq, xa, xcor, out, acc, sg, i0, j0, s0, sn, tail, R, C):
+            # out[i0:i0+R, j0 + c * cs] (c < C) += the steps s0 .. s0+sn-1 (+ the tail
+            # step) of k, one k block, scales from sg; gemv: the weight streams prefetched
+            # PF bytes ahead (the last rows clamp it).
+            for r in T.unroll(R):
+                for c in T.unroll(C):
+                    for v in T.vectorized(ZL):
+                        acc[r, c, v] = f32(0.0)
+            pf0 = T.bind(T.Cast("int64", j0) * KQ + s0 * UPS * UNIT + PF)
+            for s in range(sn):
+                if PF > 0:  # each column's stream (C of them, cs rows apart)
+                    for u in T.unroll(UPS):
+                        for c in T.unroll(C):
+                            T.evaluate(prefetch(q, 0, T.min(
+                                pf0 + (c * cs * KQ + (s * UPS + u) * UNIT), i64(N * KQ - 1))))
+                step(q, xq, xa, xcor, acc, sg, i0, j0, s0, s, R, C)
+            if tail > 0:
+                tail_step(q, xq, xa, xcor, acc, sg, i0, j0, s0, sn, R, C)
+            for r in T.unroll(R):
+                for c in T.unroll(C):
+                    out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum_vector(
+                        acc[r, c, _vec(i64(0), ZL)], ZL)
+        return micro
+
+    micro_gemv, micro_gemm = micro_macro(True), micro_macro(False)
 
     @T.macro
     def init(bias, out, rows, i0, j0, j1):
@@ -318,7 +434,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     out[i, j] = f32(0.0)
 
     @T.macro
-    def gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, R):
+    def gemv_rows(q, sc, xq, xa, xcor, xs, bias, out, acc, sg, i, jb, R):
         # rows i .. i+R-1 against the columns jb + c * NJB (c < NR: NR streams of w far
         # apart), all k blocks
         for c in range(NR):
@@ -330,86 +446,92 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                                         ln * SCALES_PER_LINE))
         # all scales of the rows first: read back from memory (vbroadcastss m32)
         fill_scales(sc, xs, sg, i, jb, 0, NG, R, NR, NJB)
-        for kb in range(NKB):
-            micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, jb, kb * GB,
-                  T.min(GB, NG - kb * GB), R, NR, PREFETCH_BYTES, 0, None, NJB)
+        for kb in range(NKBF):
+            micro_gemv(q, xq, xa, xcor, out, acc, sg, i, jb, kb * SPB, SPB, 0, R,
+                       NR)
+        if REM + TAIL > 0:
+            micro_gemv(q, xq, xa, xcor, out, acc, sg, i, jb, NKBF * SPB, REM, TAIL,
+                       R, NR)
 
     @T.macro
-    def gemv_body(q, sc, xq, xa, xs, xc, bias, out, n):
+    def gemv_body(q, sc, xq, xa, xcor, xs, bias, out, n):
         # One task per (column tile, tile of GEMV_ROWS rows): the rows use each unpacked
         # weight vector of the tile (the last tile takes the rows left). Rows are unrolled
-        # inside the group loop, never looped over inside a task: LLVM would hoist the
+        # inside the step loop, never looped over inside a task: LLVM would hoist the
         # unpacked weights of a whole k block out of such a loop onto the stack.
         tiles = T.bind((n + (GEMV_ROWS - 1)) // GEMV_ROWS)
         for t in T.parallel(NJB * tiles):
             jb = T.bind(t // tiles)
             i = T.bind(t % tiles * GEMV_ROWS)
-            acc = scratch((GEMV_ROWS, NR, LANES))
+            acc = scratch((GEMV_ROWS, NR, ZL))
             sg = scratch((GEMV_ROWS, NR, NG))
             left = T.bind(n - i)
             if left >= GEMV_ROWS:
-                gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, GEMV_ROWS)
+                gemv_rows(q, sc, xq, xa, xcor, xs, bias, out, acc, sg, i, jb, GEMV_ROWS)
             if GEMV_ROWS > 3:
                 if left == 3:
-                    gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 3)
+                    gemv_rows(q, sc, xq, xa, xcor, xs, bias, out, acc, sg, i, jb, 3)
             if GEMV_ROWS > 2:
                 if left == 2:
-                    gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 2)
+                    gemv_rows(q, sc, xq, xa, xcor, xs, bias, out, acc, sg, i, jb, 2)
             if GEMV_ROWS > 1:
                 if left == 1:
-                    gemv_rows(q, sc, xq, xa, xs, xc, bias, out, acc, sg, i, jb, 1)
+                    gemv_rows(q, sc, xq, xa, xcor, xs, bias, out, acc, sg, i, jb, 1)
 
     @T.macro
-    def gemm_body(q, sc, xq, xa, xs, xc, bias, out, n):
+    def block(q, sc, xq, xa, xcor, xs, out, acc, sg, rows, r0, j0, s0, sn, tail, C):
+        # rows r0 .. r0+rows-1 against the columns j0 .. j0+C-1, one k block
+        for ib in range(rows // MR):
+            fill_scales(sc, xs, sg, r0 + ib * MR, j0, s0 * GPS, sn * GPS + tail, MR, C, 1)
+            micro_gemm(q, xq, xa, xcor, out, acc, sg, r0 + ib * MR, j0, s0, sn, tail, MR, C)
+        for ii in range(rows // MR * MR, rows):
+            fill_scales(sc, xs, sg, r0 + ii, j0, s0 * GPS, sn * GPS + tail, 1, C, 1)
+            micro_gemm(q, xq, xa, xcor, out, acc, sg, r0 + ii, j0, s0, sn, tail, 1, C)
+
+    @T.macro
+    def gemm_body(q, sc, xq, xa, xcor, xs, bias, out, n):
         for p in T.parallel(NP):
-            acc = scratch((MR, NR, LANES))
+            acc = scratch((MR, NR, ZL))
             sg = scratch((MR, NR, NG))
-            wn = scratch((NR, GB, LANES), "int32")
             jb_end = T.bind(T.min(p * G_PANEL + G_PANEL, NJB))
             init(bias, out, n, 0, p * G_PANEL * NR, jb_end * NR)
-            for kb in range(NKB):
-                g0 = T.bind(kb * GB)
-                gn = T.bind(T.min(GB, NG - g0))
+            for kb in range(NKBF + (1 if REM + TAIL > 0 else 0)):
                 for io in range((n + (MB - 1)) // MB):
                     rows = T.bind(T.min(n - io * MB, i64(MB)))
-                    full = T.bind(rows // MR * MR)
                     for jb in range(p * G_PANEL, jb_end):
-                        if OFFSET:
-                            fill_wsums(q, wn, jb * NR, g0, gn, NR)
-                        for ib in range(rows // MR):
-                            micro(q, sc, xq, xa, xs, xc, out, acc, sg, io * MB + ib * MR,
-                                  jb * NR, g0, gn, MR, NR, 0, 1, wn)
-                        for ii in range(full, rows):
-                            micro(q, sc, xq, xa, xs, xc, out, acc, sg, io * MB + ii,
-                                  jb * NR, g0, gn, 1, NR, 0, 1, wn)
+                        if kb < NKBF:
+                            block(q, sc, xq, xa, xcor, xs, out, acc, sg, rows, io * MB,
+                                  jb * NR, kb * SPB, SPB, 0, NR)
+                        else:
+                            block(q, sc, xq, xa, xcor, xs, out, acc, sg, rows, io * MB,
+                                  jb * NR, NKBF * SPB, REM, TAIL, NR)
 
     @T.macro
-    def column_tail(q, sc, xq, xa, xs, xc, bias, out, n):
+    def column_tail(q, sc, xq, xa, xcor, xs, bias, out, n):
         for jt in T.parallel(N - N0):
-            acc = scratch((1, 1, LANES))
-            sg = scratch((1, 1, NG))
-            wn = scratch((1, GB, LANES), "int32")
+            acc = scratch((MR, 1, ZL))
+            sg = scratch((MR, 1, NG))
             init(bias, out, n, 0, N0 + jt, N0 + jt + 1)
-            for kb in range(NKB):
-                if OFFSET:
-                    fill_wsums(q, wn, N0 + jt, kb * GB, T.min(GB, NG - kb * GB), 1)
-                for i in range(n):
-                    micro(q, sc, xq, xa, xs, xc, out, acc, sg, i, N0 + jt, kb * GB,
-                          T.min(GB, NG - kb * GB), 1, 1, 0, 1, wn)
+            for kb in range(NKBF):
+                block(q, sc, xq, xa, xcor, xs, out, acc, sg, n, 0, N0 + jt, kb * SPB, SPB,
+                      0, 1)
+            if REM + TAIL > 0:
+                block(q, sc, xq, xa, xcor, xs, out, acc, sg, n, 0, N0 + jt, NKBF * SPB, REM,
+                      TAIL, 1)
 
     @T.macro
     def body(x, q, sc, bias, out, n):
         xq = irb.alloc_buffer((n, i64(K)), "int8")
-        xa = irb.alloc_buffer((n, i64(K if not Q4 else 1)), "uint8" if OFFSET else "int8")
+        xa = irb.alloc_buffer((n, i64(K if ABSX else 1)), "int8")
+        xcor = irb.alloc_buffer((n, i64(NS * ZL if CORR else 1)), "int32")
         xs = irb.alloc_buffer((n, i64(NG)), F32)
-        xc = irb.alloc_buffer((n, i64(NG if Q4 else 1)), F32)
-        quantize_x(x, xq, xa, xs, xc, n)
+        quantize_x(x, xq, xa, xcor, xs, n)
         if MR == 1:
-            gemv_body(q, sc, xq, xa, xs, xc, bias, out, n)
+            gemv_body(q, sc, xq, xa, xcor, xs, bias, out, n)
         else:
-            gemm_body(q, sc, xq, xa, xs, xc, bias, out, n)
+            gemm_body(q, sc, xq, xa, xcor, xs, bias, out, n)
         if N0 < N:
-            column_tail(q, sc, xq, xa, xs, xc, bias, out, n)
+            column_tail(q, sc, xq, xa, xcor, xs, bias, out, n)
 
     if has_bias:
 
