@@ -4,8 +4,9 @@ Rows may come from several sequences (AttentionSpec): row i attends keys 0..pos[
 slot seq[i], key j at pool row block_tables[seq[i], j // BS] * BS + j % BS.
 
 A work item is R query vectors that read the same kv head g: S of g's query heads (S is
-the largest divisor of the GQA group up to 4) for M rows. Rows are taken MQ = 8 / S at a
-time while enough are left (prefill) and one at a time for the rest (decode rows), so
+the largest divisor of the GQA group up to 4) for M rows. Rows are taken MQ = 16 / S at
+a time on AVX-512 hosts (zmm vectors of VW = 16 lanes, 32 registers; elsewhere 8 / S,
+VW = 8) while enough are left (prefill) and one at a time for the rest (decode rows), so
 that no work is spent on padding rows; items run in parallel, spread over rows, kv heads
 and head subgroups. A multi-row tile shares its key loads only when its rows are one
 sequence at consecutive positions (a prefill chunk); any other tile (rows of different
@@ -13,7 +14,8 @@ sequences in one step) runs its rows one at a time. Every key/value load is shar
 the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
 
 1. scores s[r, j] = (q[r] * scale) . k[j]: head_dim / VW vector FMAs per query and key,
-   then a horizontal sum; keys past a row's causal limit get -1e30 (exactly 0 after exp).
+   then a horizontal sum (halving vector adds); keys past a row's causal limit get -1e30
+   (exactly 0 after exp).
    Meanwhile the values of this block and the keys of the next are prefetched, since
    cache rows are kv_heads * head_dim floats apart and defeat the hardware prefetcher;
 2. online softmax: m' = max(m, max_j s), corr = exp(m - m'), p = exp(s - m'),
@@ -47,18 +49,33 @@ from .common import (
     f32,
     fast_exp,
     hmax,
-    hsum,
+    host_has_avx512,
+    hsum_vector,
     i64,
     prefetch,
     scratch,
 )
 from .kv import hadamard, line_elems, load, storage_width
 
-VW = VECTOR_LANES
-KEY_BLOCK = 32  # keys per online-softmax step (multiple of VW)
+KEY_BLOCK = 32  # keys per online-softmax step (multiple of the lanes)
 MAX_SUBGROUP = 4  # query heads sharing one work item
-MAX_QUERIES = 8  # query vectors per work item: R accumulators + loads in 16 registers
 NEG = -1.0e30  # score of a masked key; fast_exp flushes exp(NEG - m) to 0
+
+
+def attention_lanes() -> int:
+    """float32 lanes of the kernel's vectors: 16 on AVX-512 hosts (zmm, 32 registers),
+    else 8. Rows stay bitwise independent of the batch within a build either way."""
+    return 16 if host_has_avx512() else VECTOR_LANES
+
+
+def _registers() -> int:
+    return 32 if host_has_avx512() else 16
+
+
+def max_queries() -> int:
+    """Query vectors per work item: R score accumulators plus the loads fit the registers
+    (8 of 16, 16 of 32)."""
+    return _registers() // 2
 
 
 def _subgroup(group: int) -> int:
@@ -68,11 +85,13 @@ def _subgroup(group: int) -> int:
 
 def _pv_chunk(rows: int, dv: int) -> int:
     """head_dim vectors per step of the p @ v loop: rows * chunk accumulators stay in
-    registers (at most 12 of the 16), and the chunk divides head_dim / VW."""
-    return max(d for d in range(1, max(1, 12 // rows) + 1) if dv % d == 0)
+    registers (at most 3/4 of them), and the chunk divides the head's vector count."""
+    budget = _registers() * 3 // 4
+    return max(d for d in range(1, max(1, budget // rows) + 1) if dv % d == 0)
 
 
 def attention(spec: AttentionSpec) -> tirx.PrimFunc:
+    VW = attention_lanes()
     H, KVH, D, C = spec.heads, spec.kv_heads, spec.head_dim, spec.max_ctx
     BS, NSEQ, NBLK, MB = spec.block_size, spec.max_seqs, spec.kv_blocks, spec.blocks_per_seq
     if D % VW:
@@ -84,7 +103,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
     S = _subgroup(G)  # query heads per work item
     NS = G // S  # work items per (row, kv head)
     NI = KVH * NS  # work items per row (tile)
-    MQ = MAX_QUERIES // S  # query rows per work item in the multi-row pass
+    MQ = max_queries() // S  # query rows per work item in the multi-row pass
     DV = D // VW
     B = KEY_BLOCK
     BV = B // VW
@@ -149,9 +168,10 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                     for r in T.unroll(R):
                         for v in T.vectorized(VW):
                             dot[r, v] = dot[r, v] + qs[r, dv * VW + v] * load(
-                                KVD, kc, ks, jc, g, dv, v)
+                                KVD, kc, ks, jc, g, dv, v, VW)
                 for r in T.unroll(R):
-                    sc[r, jj] = T.Select(jb * B + jj <= first + r // S, hsum(dot, r), f32(NEG))
+                    sc[r, jj] = T.Select(jb * B + jj <= first + r // S, hsum_vector(
+                        dot[r, T.ramp(i64(0), 1, VW)], VW), f32(NEG))
             # 2. online softmax update
             for r in range(R):
                 for v in T.vectorized(VW):
@@ -159,7 +179,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                 for bv in range(1, BV):
                     for v in T.vectorized(VW):
                         vec[r, v] = T.max(vec[r, v], sc[r, bv * VW + v])
-                mnew[r] = T.max(m[r], hmax(vec, r))
+                mnew[r] = T.max(m[r], hmax(vec, r, lanes=VW))
                 for v in T.vectorized(VW):
                     dot[r, v] = f32(0.0)
                 for bv in range(BV):
@@ -168,7 +188,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                         dot[r, v] = dot[r, v] + sc[r, bv * VW + v]
                 corr[r] = fast_exp(m[r] - mnew[r])
                 m[r] = mnew[r]
-                lsum[r] = lsum[r] * corr[r] + hsum(dot, r)
+                lsum[r] = lsum[r] * corr[r] + hsum_vector(dot[r, T.ramp(i64(0), 1, VW)], VW)
             # 3. acc = acc * corr + p @ v, DC head_dim vectors at a time in registers
             for dc in range(DV // DC):
                 for r in T.unroll(R):
@@ -182,7 +202,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                             for v in T.vectorized(VW):
                                 pv[r, d * VW + v] = (
                                     pv[r, d * VW + v]
-                                    + sc[r, jj] * load(KVD, vc, vs, jc, g, dc * DC + d, v)
+                                    + sc[r, jj] * load(KVD, vc, vs, jc, g, dc * DC + d, v, VW)
                                 )
                 for r in T.unroll(R):
                     for d in T.unroll(DC):

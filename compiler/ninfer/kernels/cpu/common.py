@@ -94,9 +94,9 @@ def hsum_vector(v: tirx.PrimExpr, lanes: int) -> tirx.PrimExpr:
     return v
 
 
-def hmax(buf: tirx.Buffer, *prefix: tirx.PrimExpr) -> tirx.PrimExpr:
-    """Maximum of buf[*prefix, 0:VECTOR_LANES] as a balanced tree."""
-    indices = [(*prefix, v) for v in range(VECTOR_LANES)]
+def hmax(buf: tirx.Buffer, *prefix: tirx.PrimExpr, lanes: int = VECTOR_LANES) -> tirx.PrimExpr:
+    """Maximum of buf[*prefix, 0:lanes] as a balanced tree."""
+    indices = [(*prefix, v) for v in range(lanes)]
     terms = [buf[i] for i in indices]
     while len(terms) > 1:
         half = len(terms) // 2

@@ -51,29 +51,37 @@ def line_elems(kv_dtype: str) -> int:
 
 
 def load(kv_dtype: str, data: tirx.Buffer, scales: tirx.Buffer, row: tirx.PrimExpr,
-         head: tirx.PrimExpr, dv: tirx.PrimExpr, v: tirx.PrimExpr) -> tirx.PrimExpr:
-    """Value dv * VW + v of head `head` in pool row `row`, as float32. `scales` is only
-    read by the scaled formats (pass `data` for the others)."""
+         head: tirx.PrimExpr, dv: tirx.PrimExpr, v: tirx.PrimExpr,
+         lanes: int = VW) -> tirx.PrimExpr:
+    """Value dv * lanes + v of head `head` in pool row `row`, as float32 (lanes: a divisor
+    of 16; the layouts do not depend on it). `scales` is only read by the scaled formats
+    (pass `data` for the others)."""
+    if 16 % lanes:
+        raise ValueError(f"kv.load: lanes must divide 16, got {lanes}")
+    e = dv * lanes + v
     if kv_dtype == "f32":
-        return data[row, head, dv * VW + v]
+        return data[row, head, e]
     if kv_dtype == "f16":
-        return tirx.Cast(F32, data[row, head, dv * VW + v])
+        return tirx.Cast(F32, data[row, head, e])
     if kv_dtype == "bf16":
-        bits = tirx.Cast("uint32", data[row, head, dv * VW + v]) << _u32(16)
+        bits = tirx.Cast("uint32", data[row, head, e]) << _u32(16)
         return tirx.reinterpret(F32, bits)
     if kv_dtype == "fp8":
         # e4m3 -> the float16 with the same bits shifted into place (exponent field e,
         # mantissa m << 7, subnormals included), x 2^8 for the bias difference (15 - 7):
-        # one widening, a shift, an or, vcvtph2ps and a multiply per VW values
-        u = tirx.Cast("uint16", data[row, head, dv * VW + v])
+        # one widening, a shift, an or, vcvtph2ps and a multiply per vector
+        u = tirx.Cast("uint16", data[row, head, e])
         h = ((u & _u16(0x80)) << _u16(8)) | ((u & _u16(0x7F)) << _u16(7))
         return tirx.Cast(F32, tirx.reinterpret("float16", h)) * f32(256.0)
-    scale = tirx.Cast(F32, scales[row, head, dv // GV])
+    gv = KV_GROUP // lanes  # vectors per scale group
+    scale = tirx.Cast(F32, scales[row, head, dv // gv])
     if kv_dtype == "int8":
-        return tirx.Cast(F32, data[row, head, dv * VW + v]) * scale
+        return tirx.Cast(F32, data[row, head, e]) * scale
     if kv_dtype == "int4":
-        byte = dv // GV * (KV_GROUP // 2) + dv % (GV // 2) * VW + v
-        shift = tirx.Cast("int32", dv % GV // (GV // 2) * 4)
+        # element w of a group of 32: the low nibble of its byte w % 16 for w < 16, else
+        # the high one; a vector of `lanes` elements is one run of bytes, one shift
+        byte = dv // gv * (KV_GROUP // 2) + dv % gv * lanes % (KV_GROUP // 2) + v
+        shift = tirx.Cast("int32", dv % gv * lanes // (KV_GROUP // 2) * 4)
         nib = (tirx.Cast("int32", data[row, head, byte]) >> shift) & _i32(15)
         return tirx.Cast(F32, nib) * scale - f32(8.0) * scale  # one FMA
     raise ValueError(f"no CPU KV load for {kv_dtype!r}")
