@@ -36,7 +36,7 @@ def test_target_checks_and_resolved_values():
     auto = CompileOptions(MODEL)
     assert (auto.projections(cpu), auto.projections(gpu)) == ("tvm", "coop")
     assert CompileOptions(MODEL).serve_limits(cpu, 40960).gemv_max_rows == 8
-    assert CompileOptions(MODEL, weights="q8g32").serve_limits(cpu, 40960).gemv_max_rows == 4
+    assert CompileOptions(MODEL, weights="q4g64").serve_limits(cpu, 40960).gemv_max_rows == 8
     assert CompileOptions(MODEL).serve_limits(gpu, 40960).gemv_max_rows == 4
 
 

@@ -21,9 +21,10 @@ PREFILL_PROJECTIONS = ("auto", "tvm", "coop")
 CUDA_KV_DTYPES = ("f32", "f16", "bf16")
 # Row counts up to this run the GEMV schedule. On the CPU the float GEMV's 2- and 3-row
 # micro-kernels beat the GEMM tile up to 8 rows on decode-shaped weights (k 512-3072,
-# n 512-3072); the integer GEMV of the quantized formats costs about one 1-row pass per
-# row, so past 4 rows their GEMM wins. The CUDA schedules keep 4.
-GEMV_MAX_ROWS_CPU_FLOAT = 8
+# n 512-3072), and so does the quantized GEMV with its tiles of 4 rows since session 12
+# (5 / 8 rows, weights hot in L3: q4g64 23.5 / 16.2 GB/s against the GEMM's 18.8 / 6.8,
+# q8g32 26.4 / 16.8 against 9.6 / 11.9; RESULTS, session 13). The CUDA schedules keep 4.
+GEMV_MAX_ROWS_CPU = 8
 GEMV_MAX_ROWS = 4
 # Defaults of the serve limits the user leaves out. Each is also capped by the limit it
 # depends on (the model's positions, the context, the prefill chunk), and the compile says
@@ -130,9 +131,7 @@ class CompileOptions:
     def serve_limits(self, target: Target, max_positions: int) -> ServeLimits:
         """The serve limits for a model with `max_positions` positions (its
         max_position_embeddings); checked against the model by make_plan."""
-        formats = {self.weights, *(fmt for _, fmt in self.weight_overrides)}
-        floats = formats <= {"auto", "f32", "f16", "bf16"}
-        gemv_rows = GEMV_MAX_ROWS_CPU_FLOAT if target.kind == "cpu" and floats else GEMV_MAX_ROWS
+        gemv_rows = GEMV_MAX_ROWS_CPU if target.kind == "cpu" else GEMV_MAX_ROWS
         context, chunk, concurrency = self._limit_values(max_positions)
         return ServeLimits(context, chunk, max_concurrency=concurrency, gemv_max_rows=gemv_rows,
                            kv_capacity=self.kv_capacity, kv_dtype=self.kv_dtype)
