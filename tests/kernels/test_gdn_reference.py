@@ -1,0 +1,124 @@
+"""The float64 Gated DeltaNet reference (ninfer.kernels.gdn_reference) against itself (the
+chunked and recurrent forms, split calls carrying state) and against transformers 5.24's
+Qwen3.5 and Qwen3-Next layers (PyTorch fallback kernels, float32)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ninfer.kernels import gdn_reference as gdn
+
+pytestmark = pytest.mark.unit
+
+DIMS = gdn.GdnDims(hidden=48, k_heads=2, v_heads=4, k_dim=16, v_dim=8, conv_kernel=4)
+
+
+def _weights(d: gdn.GdnDims, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def lin(out: int, inp: int) -> np.ndarray:
+        return rng.standard_normal((out, inp)) / np.sqrt(inp)
+
+    return {
+        "in_proj_qkv": lin(d.conv_dim, d.hidden), "in_proj_z": lin(d.value_width, d.hidden),
+        "in_proj_b": lin(d.v_heads, d.hidden), "in_proj_a": lin(d.v_heads, d.hidden),
+        "conv1d": rng.standard_normal((d.conv_dim, 1, d.conv_kernel)) * 0.5,
+        "dt_bias": rng.uniform(0.5, 1.5, d.v_heads),
+        "A_log": np.log(rng.uniform(0.01, 16, d.v_heads)),
+        "norm": rng.uniform(0.5, 1.5, d.v_dim), "out_proj": lin(d.hidden, d.value_width),
+    }
+
+
+def _rule_inputs(rng: np.random.Generator, T: int, d: gdn.GdnDims) -> tuple[np.ndarray, ...]:
+    q = rng.standard_normal((T, d.k_heads, d.k_dim))
+    k = rng.standard_normal((T, d.k_heads, d.k_dim))
+    v = rng.standard_normal((T, d.v_heads, d.v_dim))
+    g, beta = gdn.gating(rng.standard_normal((T, d.v_heads)), rng.standard_normal((T, d.v_heads)),
+                         np.log(rng.uniform(0.01, 16, d.v_heads)), np.ones(d.v_heads))
+    ssm = rng.standard_normal((d.v_heads, d.k_dim, d.v_dim))
+    return q, k, v, g, beta, ssm
+
+
+@pytest.mark.parametrize(("T", "chunk"), [(1, 64), (37, 64), (130, 64), (23, 5)])
+def test_chunked_form_equals_recurrent_form(T: int, chunk: int) -> None:
+    q, k, v, g, beta, ssm = _rule_inputs(np.random.default_rng(T), T, DIMS)
+    o_r, s_r = gdn.delta_rule_recurrent(q, k, v, g, beta, ssm)
+    o_c, s_c = gdn.delta_rule_chunked(q, k, v, g, beta, ssm, chunk=chunk)
+    np.testing.assert_allclose(o_c, o_r, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(s_c, s_r, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_calls_that_carry_the_state_equal_one_call(chunked: bool) -> None:
+    """Prefill in pieces, then token by token (decode), from the state each call returns."""
+    rng = np.random.default_rng(3)
+    w = _weights(DIMS, rng)
+    x = rng.standard_normal((50, DIMS.hidden))
+    whole, end = gdn.gdn_layer(x, w, DIMS, gdn.GdnState.zeros(DIMS), chunked=chunked)
+    state, parts = gdn.GdnState.zeros(DIMS), []
+    for a, b in [(0, 2), (2, 31), (31, 47)] + [(t, t + 1) for t in range(47, 50)]:
+        y, state = gdn.gdn_layer(x[a:b], w, DIMS, state, chunked=chunked)
+        parts.append(y)
+    np.testing.assert_allclose(np.concatenate(parts), whole, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(state.ssm, end.ssm, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(state.conv, x[-3:] @ w["in_proj_qkv"].T, rtol=1e-12, atol=1e-12)
+
+
+def test_conv_is_causal_with_its_state() -> None:
+    rng = np.random.default_rng(4)
+    x, wt = rng.standard_normal((6, 5)), rng.standard_normal((5, 3))
+    y, st = gdn.causal_conv1d(x, wt, np.zeros((2, 5)))
+    want = sum(np.vstack([np.zeros((2 - j, 5)), x[:6 - (2 - j)]]) * wt[:, j] for j in range(3))
+    np.testing.assert_allclose(y, gdn.silu(want), rtol=1e-12)
+    assert np.array_equal(st, x[-2:])
+
+
+def test_split_fused_projections_rejects_wrong_shapes() -> None:
+    with pytest.raises(ValueError, match="do not match 2 key heads"):
+        gdn.split_fused_projections(np.zeros((10, 48)), np.zeros((8, 48)), DIMS)
+
+
+def _hf_config(cls_name: str):  # type: ignore[no-untyped-def]
+    import transformers
+
+    cfg_cls = getattr(transformers, cls_name)
+    return cfg_cls(hidden_size=DIMS.hidden, linear_num_key_heads=DIMS.k_heads,
+                   linear_num_value_heads=DIMS.v_heads, linear_key_head_dim=DIMS.k_dim,
+                   linear_value_head_dim=DIMS.v_dim, linear_conv_kernel_dim=DIMS.conv_kernel,
+                   num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+                   head_dim=16, intermediate_size=64, vocab_size=64, rms_norm_eps=DIMS.eps)
+
+
+def _from_module(layer, fused: bool) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    sd = {k: v.detach().double().numpy() for k, v in layer.state_dict().items()}
+    w = {"conv1d": sd["conv1d.weight"], "dt_bias": sd["dt_bias"], "A_log": sd["A_log"],
+         "norm": sd["norm.weight"], "out_proj": sd["out_proj.weight"]}
+    if fused:
+        w |= gdn.split_fused_projections(sd["in_proj_qkvz.weight"], sd["in_proj_ba.weight"],
+                                         DIMS)
+    else:
+        w |= {n: sd[f"{n}.weight"] for n in ("in_proj_qkv", "in_proj_z", "in_proj_b",
+                                             "in_proj_a")}
+    return w
+
+
+@pytest.mark.parametrize(("config", "module", "attr", "fused"), [
+    ("Qwen3_5TextConfig", "transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5GatedDeltaNet",
+     False),
+    ("Qwen3NextConfig", "transformers.models.qwen3_next.modeling_qwen3_next",
+     "Qwen3NextGatedDeltaNet", True),
+])
+def test_layer_matches_transformers(config: str, module: str, attr: str, fused: bool) -> None:
+    torch = pytest.importorskip("torch")
+    import importlib
+
+    torch.manual_seed(0)
+    layer = getattr(importlib.import_module(module), attr)(_hf_config(config), layer_idx=0)
+    with torch.no_grad():
+        for p in layer.parameters():  # away from the initialiser's ones and zeros
+            p.add_(torch.randn_like(p) * 0.2)
+        x = torch.randn(1, 70, DIMS.hidden)
+        want = layer(x).double().numpy()[0]
+    got, _ = gdn.gdn_layer(x.double().numpy()[0], _from_module(layer, fused), DIMS,
+                           gdn.GdnState.zeros(DIMS))
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert err < 1e-5, f"{attr}: relative error {err:.3g}"
