@@ -122,3 +122,29 @@ def test_layer_matches_transformers(config: str, module: str, attr: str, fused: 
                            gdn.GdnState.zeros(DIMS))
     err = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert err < 1e-5, f"{attr}: relative error {err:.3g}"
+
+
+def test_dense_hybrid_model_matches_transformers() -> None:
+    """A whole tiny Qwen3.5 (3 Gated DeltaNet layers and a gated full-attention one, partial
+    rotary, zero-centred norms, untied head) against Qwen3_5ForCausalLM's logits."""
+    torch = pytest.importorskip("torch")
+    from transformers import Qwen3_5ForCausalLM
+
+    cfg = _hf_config("Qwen3_5TextConfig")
+    cfg.tie_word_embeddings = False
+    torch.manual_seed(1)
+    model = Qwen3_5ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+        ids = torch.randint(0, cfg.vocab_size, (1, 41))
+        want = model(ids).logits.double().numpy()[0]
+    weights = {k.removeprefix("model."): v.detach().double().numpy()
+               for k, v in model.state_dict().items()}
+    fields = cfg.to_dict()
+    assert gdn.layer_types(fields) == ["linear_attention"] * 3 + ["full_attention"]
+    assert fields["rope_parameters"]["partial_rotary_factor"] < 1  # partial rotary exercised
+    got = gdn.dense_hybrid_logits(fields, weights, ids.numpy()[0])
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert err < 1e-5, f"relative error {err:.3g}"
+    assert np.array_equal(got.argmax(-1), want.argmax(-1))

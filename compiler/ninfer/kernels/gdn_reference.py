@@ -18,6 +18,10 @@ exp(G_L) S0 + (exp(G_L - G) K)^T D. The two forms agree to rounding on any input
 sequence cut anywhere into calls that carry (conv_state, ssm_state) gives the same outputs
 as one call: the properties the kernels are tested against.
 
+`dense_hybrid_logits` runs a whole dense Qwen3.5 text model (Gated DeltaNet and gated
+full-attention layers per `layer_types`, zero-centred norms, partial rotary) from its
+checkpoint tensors: the float64 parity reference of the hybrid frontend.
+
 Shapes: tokens first, no batch (one sequence). States: conv [K - 1, conv_dim] (the last
 K - 1 inputs of the conv, oldest first), ssm [Hv, dk, dv].
 """
@@ -215,3 +219,100 @@ def split_fused_projections(qkvz: np.ndarray, ba: np.ndarray,
         "in_proj_b": gb[:, :r].reshape(-1, hidden),
         "in_proj_a": gb[:, r:].reshape(-1, hidden),
     }
+
+
+# ---- whole dense hybrid model (Qwen3.5 text): the parity reference of the frontend ----
+
+
+def zero_centred_rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """Qwen3.5 / Qwen3-Next norms: x / rms(x) * (1 + w), w initialised to 0."""
+    x = _f64(x)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * (1.0 + _f64(weight))
+
+
+def _rotate(x: np.ndarray, pos: np.ndarray, rotary: int, theta: float) -> np.ndarray:
+    """Rotate-half rotary embedding on the first `rotary` dims of x [T, heads, hd]."""
+    inv = 1.0 / theta ** (np.arange(0, rotary, 2, dtype=np.float64) / rotary)
+    freqs = pos[:, None].astype(np.float64) * inv[None, :]
+    cos = np.concatenate([np.cos(freqs)] * 2, axis=-1)[:, None, :]
+    sin = np.concatenate([np.sin(freqs)] * 2, axis=-1)[:, None, :]
+    r, rest = x[..., :rotary], x[..., rotary:]
+    half = rotary // 2
+    rot = np.concatenate([-r[..., half:], r[..., :half]], axis=-1)
+    return np.concatenate([r * cos + rot * sin, rest], axis=-1)
+
+
+def gated_attention(x: np.ndarray, w: dict[str, np.ndarray], cfg: dict,
+                    pos: np.ndarray) -> np.ndarray:
+    """Qwen3.5's full-attention layer on x [T, hidden] (causal over the T tokens, positions
+    `pos`): q_proj gives [query | gate] per head, zero-centred q/k norms, partial rotary,
+    output o_proj(attn * sigmoid(gate))."""
+    T = x.shape[0]
+    H, KVH, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps = cfg["rms_norm_eps"]
+    rope = cfg.get("rope_parameters") or {}
+    theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    rotary = int(hd * rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+    qg = (x @ _f64(w["q_proj"]).T).reshape(T, H, 2 * hd)
+    q, gate = qg[..., :hd], qg[..., hd:].reshape(T, H * hd)
+    q = _rotate(zero_centred_rmsnorm(q, w["q_norm"], eps), pos, rotary, theta)
+    k = (x @ _f64(w["k_proj"]).T).reshape(T, KVH, hd)
+    k = _rotate(zero_centred_rmsnorm(k, w["k_norm"], eps), pos, rotary, theta)
+    v = (x @ _f64(w["v_proj"]).T).reshape(T, KVH, hd)
+    rep = H // KVH
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    scores = np.einsum("thd,shd->hts", q, k) * hd ** -0.5
+    scores = np.where(np.tril(np.ones((T, T), dtype=bool))[None], scores, -np.inf)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = np.einsum("hts,shd->thd", p, v).reshape(T, H * hd)
+    return (o * (1.0 / (1.0 + np.exp(-gate)))) @ _f64(w["o_proj"]).T
+
+
+def layer_types(cfg: dict) -> list[str]:
+    """`layer_types`, else every `full_attention_interval`-th layer (default 4) is full
+    attention and the others linear (Gated DeltaNet)."""
+    if cfg.get("layer_types"):
+        return list(cfg["layer_types"])
+    every = cfg.get("full_attention_interval", 4)
+    return ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+            for i in range(cfg["num_hidden_layers"])]
+
+
+def dims_of(cfg: dict) -> GdnDims:
+    return GdnDims(cfg["hidden_size"], cfg["linear_num_key_heads"],
+                   cfg["linear_num_value_heads"], cfg["linear_key_head_dim"],
+                   cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"],
+                   cfg["rms_norm_eps"])
+
+
+def dense_hybrid_logits(cfg: dict, weights: dict[str, np.ndarray],
+                        ids: np.ndarray) -> np.ndarray:
+    """Logits [T, vocab] of a dense Qwen3.5 text model (config.json's text fields, tensors
+    under their checkpoint names without the `model.` / `model.language_model.` prefix,
+    e.g. `layers.0.linear_attn.in_proj_qkv.weight`) on the prompt `ids`."""
+    eps = cfg["rms_norm_eps"]
+    d = dims_of(cfg)
+    h = _f64(weights["embed_tokens.weight"])[np.asarray(ids)]
+    pos = np.arange(len(ids))
+
+    def sub(prefix: str) -> dict[str, np.ndarray]:
+        n = len(prefix)
+        return {k[n:].removesuffix(".weight"): v for k, v in weights.items()
+                if k.startswith(prefix)}
+
+    for i, kind in enumerate(layer_types(cfg)):
+        pre = f"layers.{i}."
+        x = zero_centred_rmsnorm(h, weights[pre + "input_layernorm.weight"], eps)
+        if kind == "linear_attention":
+            y, _ = gdn_layer(x, sub(pre + "linear_attn."), d, GdnState.zeros(d))
+        else:
+            y = gated_attention(x, sub(pre + "self_attn."), cfg, pos)
+        h = h + y
+        x = zero_centred_rmsnorm(h, weights[pre + "post_attention_layernorm.weight"], eps)
+        m = sub(pre + "mlp.")
+        h = h + (silu(x @ _f64(m["gate_proj"]).T) * (x @ _f64(m["up_proj"]).T)) @ _f64(
+            m["down_proj"]).T
+    h = zero_centred_rmsnorm(h, weights["norm.weight"], eps)
+    head = weights.get("lm_head.weight", weights["embed_tokens.weight"])
+    return h @ _f64(head).T
