@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ninfer.kernels import GdnRecurrentSpec
 from ninfer.kernels import gdn_reference as gdn
 
 pytestmark = pytest.mark.unit
@@ -148,3 +149,56 @@ def test_dense_hybrid_model_matches_transformers() -> None:
     err = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert err < 1e-5, f"relative error {err:.3g}"
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
+
+
+# ---- the CPU kernel of the recurrence ------------------------------------------------------
+
+GDN_SPECS = [GdnRecurrentSpec(2, 4, 16, 8, 3), GdnRecurrentSpec(1, 1, 32, 16, 2)]
+
+
+@pytest.fixture(scope="module")
+def gdn_kernels():  # type: ignore[no-untyped-def]
+    import os
+
+    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    from ninfer.kernels import build_cpu_module
+
+    return build_cpu_module(GDN_SPECS)
+
+
+def _gdn_inputs(spec: GdnRecurrentSpec, slots: list[int],
+                rng: np.random.Generator) -> list[np.ndarray]:
+    n = len(slots)
+    f = np.float32
+    g, beta = gdn.gating(rng.standard_normal((n, spec.v_heads)),
+                         rng.standard_normal((n, spec.v_heads)),
+                         np.log(rng.uniform(0.01, 16, spec.v_heads)), np.ones(spec.v_heads))
+    return [rng.standard_normal((n, spec.k_heads, spec.k_dim)).astype(f),
+            rng.standard_normal((n, spec.k_heads, spec.k_dim)).astype(f),
+            rng.standard_normal((n, spec.v_heads, spec.v_dim)).astype(f),
+            g.astype(f), beta.astype(f), np.array(slots, np.int32),
+            rng.standard_normal((spec.max_seqs, spec.v_heads, spec.k_dim, spec.v_dim)).astype(f)]
+
+
+@pytest.mark.parametrize("spec", GDN_SPECS, ids=lambda s: s.name())
+@pytest.mark.parametrize("slots", [[0], [1, 1, 1, 1, 1, 1, 1], [1, 0, 0, 1, 0, 1, 1, 0]],
+                         ids=["decode", "prefill", "mixed"])
+def test_gdn_recurrent_kernel_matches_reference(gdn_kernels, spec: GdnRecurrentSpec,  # type: ignore[no-untyped-def]
+                                                slots: list[int]) -> None:
+    import tvm
+
+    from ninfer.kernels import reference
+    from ninfer.kernels.reference import gdn_recurrent_states
+
+    inputs = _gdn_inputs(spec, slots, np.random.default_rng(len(slots) + spec.k_dim))
+    want_out = reference(spec, *inputs)
+    want_state = gdn_recurrent_states(spec, *inputs)
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    out = tvm.runtime.tensor(np.full(want_out.shape, np.nan, np.float32))
+    gdn_kernels[spec.name()](*args, out)
+    for got, want, what in ((out.numpy(), want_out, "out"), (args[6].numpy(), want_state,
+                                                              "state")):
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert err < 2e-6, f"{spec.name()} {what}: relative error {err:.3g}"
+    untouched = sorted(set(range(spec.max_seqs)) - set(slots))
+    assert np.array_equal(args[6].numpy()[untouched], inputs[6][untouched])

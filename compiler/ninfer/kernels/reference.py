@@ -13,10 +13,12 @@ import numpy as np
 from ninfer.quantize import kv_formats
 from ninfer.quantize import weight_formats as quant
 
+from . import gdn_reference
 from .spec import (
     AddSpec,
     AttentionSpec,
     EmbeddingSpec,
+    GdnRecurrentSpec,
     KernelSpec,
     KvStoreSpec,
     MatmulSpec,
@@ -106,6 +108,33 @@ def kv_store(spec: KvStoreSpec, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return _f64(x)
 
 
+def gdn_recurrent(spec: GdnRecurrentSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                  g: np.ndarray, beta: np.ndarray, slot: np.ndarray,
+                  state: np.ndarray) -> np.ndarray:
+    """Rows in order, each from and into its slot's state (`state` is not modified: the
+    kernel's final states are `gdn_recurrent_states`)."""
+    return _gdn_rows(spec, q, k, v, g, beta, slot, state)[0]
+
+
+def gdn_recurrent_states(spec: GdnRecurrentSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                         g: np.ndarray, beta: np.ndarray, slot: np.ndarray,
+                         state: np.ndarray) -> np.ndarray:
+    """What the kernel leaves in `state`."""
+    return _gdn_rows(spec, q, k, v, g, beta, slot, state)[1]
+
+
+def _gdn_rows(spec: GdnRecurrentSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+              g: np.ndarray, beta: np.ndarray, slot: np.ndarray,
+              state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    states = _f64(state).copy()
+    out = np.zeros((len(slot), spec.v_heads, spec.v_dim))
+    for i, s in enumerate(np.clip(slot, 0, spec.max_seqs - 1)):
+        o, states[s] = gdn_reference.delta_rule_recurrent(
+            q[i:i + 1], k[i:i + 1], v[i:i + 1], g[i:i + 1], beta[i:i + 1], states[s])
+        out[i] = o[0]
+    return out, states
+
+
 _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "embedding": embedding,
     "rmsnorm": rmsnorm,
@@ -115,6 +144,7 @@ _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "add": add,
     "attention": attention,
     "kv_store": kv_store,
+    "gdn_recurrent": gdn_recurrent,
 }
 
 

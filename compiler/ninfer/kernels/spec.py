@@ -407,6 +407,43 @@ class SamplerSpec:
         ]
 
 
+@dataclass(frozen=True)
+class GdnRecurrentSpec:
+    """Gated DeltaNet recurrence (kernels.gdn_reference.delta_rule_recurrent), rows in order:
+    row i updates the state of slot[i] (one per sequence, [max_seqs, Hv, dk, dv] float32,
+    read and written in place) and reads it out. q, k are raw (L2-normalised here, q also
+    by dk^-1/2); value head h reads key head h // (v_heads / k_heads)."""
+
+    family: ClassVar[str] = "gdn_recurrent"
+    k_heads: int
+    v_heads: int
+    k_dim: int
+    v_dim: int
+    max_seqs: int
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "k_heads", "v_heads", "k_dim", "v_dim", "max_seqs")
+        if self.v_heads % self.k_heads:
+            raise ValueError(f"GdnRecurrentSpec: v_heads {self.v_heads} is not a multiple of "
+                             f"k_heads {self.k_heads}")
+
+    def name(self) -> str:
+        return (f"gdn_recurrent_hk{self.k_heads}_hv{self.v_heads}_dk{self.k_dim}"
+                f"_dv{self.v_dim}_s{self.max_seqs}")
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("q", "float32", "n", self.k_heads, self.k_dim),
+            _tensor("k", "float32", "n", self.k_heads, self.k_dim),
+            _tensor("v", "float32", "n", self.v_heads, self.v_dim),
+            _tensor("g", "float32", "n", self.v_heads),
+            _tensor("beta", "float32", "n", self.v_heads),
+            _tensor("slot", "int32", "n"),
+            _tensor("state", "float32", self.max_seqs, self.v_heads, self.k_dim, self.v_dim),
+            _tensor("out", "float32", "n", self.v_heads, self.v_dim),
+        ]
+
+
 def _check_kv(spec: object, kv_dtype: str, head_dim: int, rotate: int) -> None:
     name = type(spec).__name__
     if kv_dtype not in KV_DTYPES:
@@ -427,4 +464,5 @@ KernelSpec = (
     | AttentionSpec
     | KvStoreSpec
     | SamplerSpec
+    | GdnRecurrentSpec
 )

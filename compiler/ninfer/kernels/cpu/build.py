@@ -22,7 +22,7 @@ from ninfer.quantize.weight_formats import format_info
 from ninfer.targets import Target
 
 from ..spec import KernelSpec, KvStoreSpec, MatmulSpec
-from . import attention, elementwise, kv, matmul, qmatmul
+from . import attention, elementwise, gdn, kv, matmul, qmatmul
 
 
 def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
@@ -48,6 +48,7 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "add": elementwise.add,
     "attention": attention.attention,
     "kv_store": _kv_store,
+    "gdn_recurrent": gdn.gdn_recurrent,
 }
 
 

@@ -1,0 +1,93 @@
+"""CPU Gated DeltaNet recurrence (GdnRecurrentSpec): the decode form of the linear-attention
+layers of Qwen3.5 / Qwen3-Next, over per-sequence state slots.
+
+Parallel over value heads; within a head the rows run in order, so rows of one sequence
+(a prefill chunk run token by token, or one decode row) see each other's updates, whatever
+sequences the step mixes. Per row t and head h, with its slot's state S [dk, dv] (in place):
+
+    qn, kn = q, k of key head h // r over their L2 norms (1 / sqrt(sum + 1e-6)), qn * dk^-1/2
+    S *= exp(g); mem = S^T kn          (one pass over S)
+    delta = (v - mem) * beta
+    S += kn delta^T; out = S^T qn      (a second pass)
+
+vectorized along dv. exp is `common.fast_exp` (no libm call); slots are clamped into the
+pool. The float64 reference is `reference.gdn_recurrent` (gdn_reference.delta_rule_recurrent
+row by row).
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.script import tirx as T
+
+from ..spec import GdnRecurrentSpec
+from .common import F32, VECTOR_LANES, f32, fast_exp, i64, scratch
+
+VW = VECTOR_LANES
+EPS_L2 = 1e-6
+
+
+def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
+    HK, HV, DK, DV, NSEQ = spec.k_heads, spec.v_heads, spec.k_dim, spec.v_dim, spec.max_seqs
+    if DV % VW:
+        raise NotImplementedError(f"{spec.name()}: the CPU GDN kernel needs v_dim to be a "
+                                  f"multiple of {VW}, got {DV}")
+    R = HV // HK
+    NV = DV // VW
+    SCALE = DK ** -0.5
+
+    @T.prim_func(private=True)
+    def kernel(q_h: T.handle, k_h: T.handle, v_h: T.handle, g_h: T.handle, b_h: T.handle,
+               s_h: T.handle, st_h: T.handle, o_h: T.handle):
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        q = T.match_buffer(q_h, (n, i64(HK), i64(DK)), F32)
+        k = T.match_buffer(k_h, (n, i64(HK), i64(DK)), F32)
+        v = T.match_buffer(v_h, (n, i64(HV), i64(DV)), F32)
+        g = T.match_buffer(g_h, (n, i64(HV)), F32)
+        beta = T.match_buffer(b_h, (n, i64(HV)), F32)
+        slot = T.match_buffer(s_h, (n,), "int32")
+        state = T.match_buffer(st_h, (i64(NSEQ), i64(HV), i64(DK), i64(DV)), F32)
+        out = T.match_buffer(o_h, (n, i64(HV), i64(DV)), F32)
+        for h in T.parallel(HV):
+            qn = scratch((DK,))
+            kn = scratch((DK,))
+            mem = scratch((DV,))
+            delta = scratch((DV,))
+            ss = scratch((2,))
+            for t in range(n):
+                s = T.bind(T.max(T.min(T.Cast("int64", slot[t]), i64(NSEQ - 1)), i64(0)))
+                ss[0] = f32(0.0)
+                ss[1] = f32(0.0)
+                for d in range(DK):
+                    ss[0] = ss[0] + q[t, h // R, d] * q[t, h // R, d]
+                    ss[1] = ss[1] + k[t, h // R, d] * k[t, h // R, d]
+                iq = T.bind(f32(SCALE) / T.sqrt(ss[0] + f32(EPS_L2)))
+                ik = T.bind(f32(1.0) / T.sqrt(ss[1] + f32(EPS_L2)))
+                for d in range(DK):
+                    qn[d] = q[t, h // R, d] * iq
+                    kn[d] = k[t, h // R, d] * ik
+                decay = T.bind(fast_exp(g[t, h]))
+                for j in range(NV):
+                    for x in T.vectorized(VW):
+                        mem[j * VW + x] = f32(0.0)
+                for d in range(DK):
+                    for j in range(NV):
+                        for x in T.vectorized(VW):
+                            state[s, h, d, j * VW + x] = state[s, h, d, j * VW + x] * decay
+                            mem[j * VW + x] = mem[j * VW + x] + state[s, h, d, j * VW + x] * kn[d]
+                for j in range(NV):
+                    for x in T.vectorized(VW):
+                        delta[j * VW + x] = (v[t, h, j * VW + x] - mem[j * VW + x]) * beta[t, h]
+                        mem[j * VW + x] = f32(0.0)
+                for d in range(DK):
+                    for j in range(NV):
+                        for x in T.vectorized(VW):
+                            state[s, h, d, j * VW + x] = (state[s, h, d, j * VW + x]
+                                                          + kn[d] * delta[j * VW + x])
+                            mem[j * VW + x] = mem[j * VW + x] + state[s, h, d, j * VW + x] * qn[d]
+                for j in range(NV):
+                    for x in T.vectorized(VW):
+                        out[t, h, j * VW + x] = mem[j * VW + x]
+
+    return kernel
