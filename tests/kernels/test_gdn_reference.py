@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ninfer.kernels import GdnRecurrentSpec
+from ninfer.kernels import GdnConvSpec, GdnRecurrentSpec
 from ninfer.kernels import gdn_reference as gdn
 
 pytestmark = pytest.mark.unit
@@ -202,3 +202,45 @@ def test_gdn_recurrent_kernel_matches_reference(gdn_kernels, spec: GdnRecurrentS
         assert err < 2e-6, f"{spec.name()} {what}: relative error {err:.3g}"
     untouched = sorted(set(range(spec.max_seqs)) - set(slots))
     assert np.array_equal(args[6].numpy()[untouched], inputs[6][untouched])
+
+
+CONV_SPECS = [GdnConvSpec(20, 4, 3), GdnConvSpec(16, 2, 2)]  # a channel tail; kernel 2
+
+
+@pytest.mark.parametrize("spec", CONV_SPECS, ids=lambda s: s.name())
+@pytest.mark.parametrize("slots", [[2], [0, 0, 0, 0, 0, 0], [1, 0, 0, 1, 2, 1, 1, 0]],
+                         ids=["decode", "prefill", "mixed"])
+def test_gdn_conv_kernel_matches_reference(spec: GdnConvSpec, slots: list[int]) -> None:
+    import os
+
+    import tvm
+
+    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    from ninfer.kernels import build_cpu_module, reference
+    from ninfer.kernels.reference import gdn_conv_states
+
+    rng = np.random.default_rng(len(slots) + spec.channels)
+    f = np.float32
+    inputs = [rng.standard_normal((len(slots), spec.channels)).astype(f),
+              rng.standard_normal((spec.channels, spec.kernel)).astype(f),
+              np.array(slots, np.int32),
+              rng.standard_normal((spec.max_seqs, spec.kernel - 1, spec.channels)).astype(f)]
+    want_out, want_state = reference(spec, *inputs), gdn_conv_states(spec, *inputs)
+    ex = _conv_module(build_cpu_module)
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    out = tvm.runtime.tensor(np.full(want_out.shape, np.nan, f))
+    ex[spec.name()](*args, out)
+    np.testing.assert_allclose(out.numpy(), want_out, rtol=2e-6, atol=2e-6)
+    np.testing.assert_array_equal(args[3].numpy(), want_state.astype(f))  # moved, not computed
+    # slot 2 of a 2-slot pool is clamped to slot 1, as in the reference
+    untouched = sorted(set(range(spec.max_seqs)) - {min(s, spec.max_seqs - 1) for s in slots})
+    assert np.array_equal(args[3].numpy()[untouched], inputs[3][untouched])
+
+
+_CONV_MODULE: list = []
+
+
+def _conv_module(build):  # type: ignore[no-untyped-def]
+    if not _CONV_MODULE:
+        _CONV_MODULE.append(build(CONV_SPECS))
+    return _CONV_MODULE[0]

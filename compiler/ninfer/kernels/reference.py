@@ -18,6 +18,7 @@ from .spec import (
     AddSpec,
     AttentionSpec,
     EmbeddingSpec,
+    GdnConvSpec,
     GdnRecurrentSpec,
     KernelSpec,
     KvStoreSpec,
@@ -135,6 +136,28 @@ def _gdn_rows(spec: GdnRecurrentSpec, q: np.ndarray, k: np.ndarray, v: np.ndarra
     return out, states
 
 
+def gdn_conv(spec: GdnConvSpec, x: np.ndarray, weight: np.ndarray, slot: np.ndarray,
+             conv_state: np.ndarray) -> np.ndarray:
+    """Rows in order, each after its slot's carried inputs (`conv_state` is not modified:
+    the kernel's final states are `gdn_conv_states`)."""
+    return _conv_rows(spec, x, weight, slot, conv_state)[0]
+
+
+def gdn_conv_states(spec: GdnConvSpec, x: np.ndarray, weight: np.ndarray, slot: np.ndarray,
+                    conv_state: np.ndarray) -> np.ndarray:
+    return _conv_rows(spec, x, weight, slot, conv_state)[1]
+
+
+def _conv_rows(spec: GdnConvSpec, x: np.ndarray, weight: np.ndarray, slot: np.ndarray,
+               conv_state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    states = _f64(conv_state).copy()
+    out = np.zeros((len(slot), spec.channels))
+    for i, s in enumerate(np.clip(slot, 0, spec.max_seqs - 1)):
+        y, states[s] = gdn_reference.causal_conv1d(x[i:i + 1], weight, states[s])
+        out[i] = y[0]
+    return out, states
+
+
 _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "embedding": embedding,
     "rmsnorm": rmsnorm,
@@ -145,6 +168,7 @@ _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "attention": attention,
     "kv_store": kv_store,
     "gdn_recurrent": gdn_recurrent,
+    "gdn_conv": gdn_conv,
 }
 
 

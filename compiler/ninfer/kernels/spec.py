@@ -444,6 +444,36 @@ class GdnRecurrentSpec:
         ]
 
 
+@dataclass(frozen=True)
+class GdnConvSpec:
+    """SiLU(depthwise causal conv1d) of the GDN layer's [q | k | v] projections
+    (kernels.gdn_reference.causal_conv1d), rows in order: row i's taps read the last
+    kernel - 1 inputs of slot[i]'s sequence (conv_state [max_seqs, kernel - 1, channels],
+    oldest first, updated in place), so a prefill chunk and decode rows take the same path."""
+
+    family: ClassVar[str] = "gdn_conv"
+    channels: int
+    kernel: int
+    max_seqs: int
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "channels", "kernel", "max_seqs")
+        if self.kernel < 2:
+            raise ValueError(f"GdnConvSpec: kernel must be at least 2, got {self.kernel}")
+
+    def name(self) -> str:
+        return f"gdn_conv_c{self.channels}_k{self.kernel}_s{self.max_seqs}"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("x", "float32", "n", self.channels),
+            _tensor("weight", "float32", self.channels, self.kernel),
+            _tensor("slot", "int32", "n"),
+            _tensor("conv_state", "float32", self.max_seqs, self.kernel - 1, self.channels),
+            _tensor("out", "float32", "n", self.channels),
+        ]
+
+
 def _check_kv(spec: object, kv_dtype: str, head_dim: int, rotate: int) -> None:
     name = type(spec).__name__
     if kv_dtype not in KV_DTYPES:
@@ -465,4 +495,5 @@ KernelSpec = (
     | KvStoreSpec
     | SamplerSpec
     | GdnRecurrentSpec
+    | GdnConvSpec
 )

@@ -49,6 +49,7 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "attention": attention.attention,
     "kv_store": _kv_store,
     "gdn_recurrent": gdn.gdn_recurrent,
+    "gdn_conv": gdn.gdn_conv,
 }
 
 

@@ -1,7 +1,12 @@
-"""CPU Gated DeltaNet recurrence (GdnRecurrentSpec): the decode form of the linear-attention
-layers of Qwen3.5 / Qwen3-Next, over per-sequence state slots.
+"""CPU Gated DeltaNet kernels over per-sequence state slots (the linear-attention layers of
+Qwen3.5 / Qwen3-Next): the causal conv1d (GdnConvSpec) and the recurrence
+(GdnRecurrentSpec), its decode form.
 
-Parallel over value heads; within a head the rows run in order, so rows of one sequence
+Conv: parallel over channel vectors, rows in order; row t's output is
+SiLU(sum_j w[c, j] * in[t - (K - 1) + j]) over its slot's K - 1 carried inputs and x[t], then
+the carried inputs shift by one (oldest dropped, x[t] appended).
+
+Recurrence: parallel over value heads; within a head the rows run in order, so rows of one sequence
 (a prefill chunk run token by token, or one decode row) see each other's updates, whatever
 sequences the step mixes. Per row t and head h, with its slot's state S [dk, dv] (in place):
 
@@ -20,7 +25,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
-from ..spec import GdnRecurrentSpec
+from ..spec import GdnConvSpec, GdnRecurrentSpec
 from .common import F32, VECTOR_LANES, f32, fast_exp, i64, scratch
 
 VW = VECTOR_LANES
@@ -89,5 +94,47 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
                 for j in range(NV):
                     for x in T.vectorized(VW):
                         out[t, h, j * VW + x] = mem[j * VW + x]
+
+    return kernel
+
+
+def gdn_conv(spec: GdnConvSpec) -> tirx.PrimFunc:
+    C, K, NSEQ = spec.channels, spec.kernel, spec.max_seqs
+    NVC = C // VW  # whole channel vectors; the C % VW last channels run one at a time
+    TASKS = NVC + (1 if C % VW else 0)
+
+    @T.macro
+    def row(x, w, state, out, s, t, c0, L):
+        acc = scratch((VW,))
+        for v in T.vectorized(L):
+            acc[v] = w[c0 + v, K - 1] * x[t, c0 + v]
+        for j in range(K - 1):
+            for v in T.vectorized(L):
+                acc[v] = acc[v] + w[c0 + v, j] * state[s, j, c0 + v]
+        for v in T.vectorized(L):
+            out[t, c0 + v] = acc[v] / (f32(1.0) + fast_exp(f32(0.0) - acc[v]))
+        for j in range(K - 2):
+            for v in T.vectorized(L):
+                state[s, j, c0 + v] = state[s, j + 1, c0 + v]
+        for v in T.vectorized(L):
+            state[s, K - 2, c0 + v] = x[t, c0 + v]
+
+    @T.prim_func(private=True)
+    def kernel(x_h: T.handle, w_h: T.handle, s_h: T.handle, st_h: T.handle, o_h: T.handle):
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        x = T.match_buffer(x_h, (n, i64(C)), F32)
+        w = T.match_buffer(w_h, (i64(C), i64(K)), F32)
+        slot = T.match_buffer(s_h, (n,), "int32")
+        state = T.match_buffer(st_h, (i64(NSEQ), i64(K - 1), i64(C)), F32)
+        out = T.match_buffer(o_h, (n, i64(C)), F32)
+        for cv in T.parallel(TASKS):
+            for t in range(n):
+                s = T.bind(T.max(T.min(T.Cast("int64", slot[t]), i64(NSEQ - 1)), i64(0)))
+                if cv < NVC:
+                    row(x, w, state, out, s, t, cv * VW, VW)
+                else:
+                    for c in range(NVC * VW, C):
+                        row(x, w, state, out, s, t, c, 1)
 
     return kernel
