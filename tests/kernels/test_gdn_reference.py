@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ninfer.kernels import GdnConvSpec, GdnRecurrentSpec
+from ninfer.kernels import GdnConvSpec, GdnGateSpec, GdnNormSpec, GdnRecurrentSpec
 from ninfer.kernels import gdn_reference as gdn
 
 pytestmark = pytest.mark.unit
@@ -244,3 +244,37 @@ def _conv_module(build):  # type: ignore[no-untyped-def]
     if not _CONV_MODULE:
         _CONV_MODULE.append(build(CONV_SPECS))
     return _CONV_MODULE[0]
+
+
+GATE_SPEC, NORM_SPECS = GdnGateSpec(6), [GdnNormSpec(3, 16), GdnNormSpec(2, 12, 1e-5)]
+
+
+def test_gdn_gate_and_norm_kernels_match_reference() -> None:
+    """Gates over a wide range (softplus's both asymptotes, exp flushed to 0 past -87) and
+    the output norm, with a head width that is not a multiple of the vector lanes."""
+    import os
+
+    import tvm
+
+    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    from ninfer.kernels import build_cpu_module, reference
+
+    ex = build_cpu_module([GATE_SPEC, *NORM_SPECS])
+    rng = np.random.default_rng(9)
+    f = np.float32
+    H = GATE_SPEC.v_heads
+    ba = (rng.standard_normal((7, 2 * H)) * 4).astype(f)
+    ba[0] = [-200, -30, -1e-3, 0, 30, 200] * 2
+    params = [np.log(rng.uniform(0.01, 16, H)).astype(f), rng.uniform(0.5, 1.5, H).astype(f)]
+    out = tvm.runtime.tensor(np.full((7, 2 * H), np.nan, f))
+    ex[GATE_SPEC.name()](*(tvm.runtime.tensor(a) for a in [ba, *params]), out)
+    np.testing.assert_allclose(out.numpy(), reference(GATE_SPEC, ba, *params), rtol=3e-6,
+                               atol=1e-30)
+    for spec in NORM_SPECS:
+        width = spec.v_heads * spec.v_dim
+        args = [rng.standard_normal((5, width)).astype(f) * 3,
+                rng.standard_normal((5, width)).astype(f) * 3,
+                rng.uniform(0.5, 1.5, spec.v_dim).astype(f)]
+        got = tvm.runtime.tensor(np.full((5, width), np.nan, f))
+        ex[spec.name()](*(tvm.runtime.tensor(a) for a in args), got)
+        np.testing.assert_allclose(got.numpy(), reference(spec, *args), rtol=3e-6, atol=3e-6)

@@ -19,6 +19,8 @@ from .spec import (
     AttentionSpec,
     EmbeddingSpec,
     GdnConvSpec,
+    GdnGateSpec,
+    GdnNormSpec,
     GdnRecurrentSpec,
     KernelSpec,
     KvStoreSpec,
@@ -158,6 +160,19 @@ def _conv_rows(spec: GdnConvSpec, x: np.ndarray, weight: np.ndarray, slot: np.nd
     return out, states
 
 
+def gdn_gate(spec: GdnGateSpec, ba: np.ndarray, A_log: np.ndarray,
+             dt_bias: np.ndarray) -> np.ndarray:
+    H = spec.v_heads
+    g, beta = gdn_reference.gating(ba[:, H:], ba[:, :H], A_log, dt_bias)
+    return np.concatenate([g, beta], axis=1)
+
+
+def gdn_norm(spec: GdnNormSpec, o: np.ndarray, z: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    shape = (len(o), spec.v_heads, spec.v_dim)
+    return gdn_reference.gated_rmsnorm(o.reshape(shape), z.reshape(shape), weight,
+                                       spec.eps).reshape(len(o), -1)
+
+
 _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "embedding": embedding,
     "rmsnorm": rmsnorm,
@@ -169,6 +184,8 @@ _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "kv_store": kv_store,
     "gdn_recurrent": gdn_recurrent,
     "gdn_conv": gdn_conv,
+    "gdn_gate": gdn_gate,
+    "gdn_norm": gdn_norm,
 }
 
 

@@ -474,6 +474,57 @@ class GdnConvSpec:
         ]
 
 
+@dataclass(frozen=True)
+class GdnGateSpec:
+    """The GDN layer's per-head gates from its b and a projections (ba = [b | a], [n, 2 Hv]):
+    out = [g | beta] with g = -exp(A_log) * softplus(a + dt_bias) (the state's log-decay)
+    and beta = sigmoid(b) (kernels.gdn_reference.gating)."""
+
+    family: ClassVar[str] = "gdn_gate"
+    v_heads: int
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "v_heads")
+
+    def name(self) -> str:
+        return f"gdn_gate_hv{self.v_heads}"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("ba", "float32", "n", 2 * self.v_heads),
+            _tensor("A_log", "float32", self.v_heads),
+            _tensor("dt_bias", "float32", self.v_heads),
+            _tensor("out", "float32", "n", 2 * self.v_heads),
+        ]
+
+
+@dataclass(frozen=True)
+class GdnNormSpec:
+    """The GDN layer's output norm: per value head, o / rms(o) * weight * SiLU(z), the
+    weight plain (not 1 + w) (kernels.gdn_reference.gated_rmsnorm)."""
+
+    family: ClassVar[str] = "gdn_norm"
+    v_heads: int
+    v_dim: int
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "v_heads", "v_dim")
+        if not self.eps > 0:
+            raise ValueError(f"GdnNormSpec.eps must be positive, got {self.eps!r}")
+
+    def name(self) -> str:
+        return f"gdn_norm_hv{self.v_heads}_dv{self.v_dim}_eps{_float_token(self.eps)}"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("o", "float32", "n", self.v_heads * self.v_dim),
+            _tensor("z", "float32", "n", self.v_heads * self.v_dim),
+            _tensor("weight", "float32", self.v_dim),
+            _tensor("out", "float32", "n", self.v_heads * self.v_dim),
+        ]
+
+
 def _check_kv(spec: object, kv_dtype: str, head_dim: int, rotate: int) -> None:
     name = type(spec).__name__
     if kv_dtype not in KV_DTYPES:
@@ -496,4 +547,6 @@ KernelSpec = (
     | SamplerSpec
     | GdnRecurrentSpec
     | GdnConvSpec
+    | GdnGateSpec
+    | GdnNormSpec
 )

@@ -50,6 +50,8 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "kv_store": _kv_store,
     "gdn_recurrent": gdn.gdn_recurrent,
     "gdn_conv": gdn.gdn_conv,
+    "gdn_gate": gdn.gdn_gate,
+    "gdn_norm": gdn.gdn_norm,
 }
 
 

@@ -6,6 +6,10 @@ Conv: parallel over channel vectors, rows in order; row t's output is
 SiLU(sum_j w[c, j] * in[t - (K - 1) + j]) over its slot's K - 1 carried inputs and x[t], then
 the carried inputs shift by one (oldest dropped, x[t] appended).
 
+Gates (GdnGateSpec): softplus(y) = max(y, 0) + log1p(exp(-|y|)) with `common.fast_exp` and
+`common.fast_log1p`; sigmoid(b) = 1 / (1 + exp(-b)). Output norm (GdnNormSpec): per value
+head o / sqrt(mean(o^2) + eps) * weight * SiLU(z).
+
 Recurrence: parallel over value heads; within a head the rows run in order, so rows of one sequence
 (a prefill chunk run token by token, or one decode row) see each other's updates, whatever
 sequences the step mixes. Per row t and head h, with its slot's state S [dk, dv] (in place):
@@ -25,8 +29,8 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
-from ..spec import GdnConvSpec, GdnRecurrentSpec
-from .common import F32, VECTOR_LANES, f32, fast_exp, i64, scratch
+from ..spec import GdnConvSpec, GdnGateSpec, GdnNormSpec, GdnRecurrentSpec
+from .common import F32, VECTOR_LANES, f32, fast_exp, fast_log1p, i64, scratch
 
 VW = VECTOR_LANES
 EPS_L2 = 1e-6
@@ -136,5 +140,52 @@ def gdn_conv(spec: GdnConvSpec) -> tirx.PrimFunc:
                 else:
                     for c in range(NVC * VW, C):
                         row(x, w, state, out, s, t, c, 1)
+
+    return kernel
+
+
+def gdn_gate(spec: GdnGateSpec) -> tirx.PrimFunc:
+    H = spec.v_heads
+
+    @T.prim_func(private=True)
+    def kernel(ba_h: T.handle, al_h: T.handle, dt_h: T.handle, o_h: T.handle):
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        ba = T.match_buffer(ba_h, (n, i64(2 * H)), F32)
+        A_log = T.match_buffer(al_h, (i64(H),), F32)
+        dt_bias = T.match_buffer(dt_h, (i64(H),), F32)
+        out = T.match_buffer(o_h, (n, i64(2 * H)), F32)
+        for i in T.parallel(n):
+            for h in range(H):
+                y = T.bind(ba[i, H + h] + dt_bias[h])
+                sp = T.bind(T.max(y, f32(0.0)) + fast_log1p(fast_exp(f32(0.0) - T.fabs(y))))
+                out[i, h] = f32(0.0) - fast_exp(A_log[h]) * sp
+                out[i, H + h] = f32(1.0) / (f32(1.0) + fast_exp(f32(0.0) - ba[i, h]))
+
+    return kernel
+
+
+def gdn_norm(spec: GdnNormSpec) -> tirx.PrimFunc:
+    H, D, EPS = spec.v_heads, spec.v_dim, spec.eps
+
+    @T.prim_func(private=True)
+    def kernel(o_h: T.handle, z_h: T.handle, w_h: T.handle, out_h: T.handle):
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        o = T.match_buffer(o_h, (n, i64(H * D)), F32)
+        z = T.match_buffer(z_h, (n, i64(H * D)), F32)
+        w = T.match_buffer(w_h, (i64(D),), F32)
+        out = T.match_buffer(out_h, (n, i64(H * D)), F32)
+        for t in T.parallel(n * H):
+            i = T.bind(t // H)
+            c0 = T.bind(t % H * D)
+            ss = scratch((1,))
+            ss[0] = f32(0.0)
+            for d in range(D):
+                ss[0] = ss[0] + o[i, c0 + d] * o[i, c0 + d]
+            r = T.bind(f32(1.0) / T.sqrt(ss[0] / f32(D) + f32(EPS)))
+            for d in T.vectorized(D):
+                out[i, c0 + d] = o[i, c0 + d] * r * w[d] * (
+                    z[i, c0 + d] / (f32(1.0) + fast_exp(f32(0.0) - z[i, c0 + d])))
 
     return kernel
