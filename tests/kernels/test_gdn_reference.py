@@ -278,3 +278,60 @@ def test_gdn_gate_and_norm_kernels_match_reference() -> None:
         got = tvm.runtime.tensor(np.full((5, width), np.nan, f))
         ex[spec.name()](*(tvm.runtime.tensor(a) for a in args), got)
         np.testing.assert_allclose(got.numpy(), reference(spec, *args), rtol=3e-6, atol=3e-6)
+
+
+def test_gdn_layer_from_the_cpu_kernels_matches_the_reference() -> None:
+    """conv -> gates -> recurrence -> norm, projections in numpy, over two sequences: a
+    prefill chunk of each, then decode rows of both in one step, from the slots the kernels
+    carried; against gdn_layer per sequence."""
+    import os
+
+    import tvm
+
+    os.environ.setdefault("TVM_NUM_THREADS", "2")
+    from ninfer.kernels import build_cpu_module
+
+    d, seqs = DIMS, 2
+    conv = GdnConvSpec(d.conv_dim, d.conv_kernel, seqs)
+    gate, norm = GdnGateSpec(d.v_heads), GdnNormSpec(d.v_heads, d.v_dim, d.eps)
+    rec = GdnRecurrentSpec(d.k_heads, d.v_heads, d.k_dim, d.v_dim, seqs)
+    ex = build_cpu_module([conv, gate, norm, rec])
+    rng = np.random.default_rng(12)
+    w = _weights(d, rng)
+    f = np.float32
+    conv_state = tvm.runtime.tensor(np.zeros((seqs, d.conv_kernel - 1, d.conv_dim), f))
+    ssm = tvm.runtime.tensor(np.zeros((seqs, d.v_heads, d.k_dim, d.v_dim), f))
+    T = tvm.runtime.tensor
+
+    def step(x: np.ndarray, slots: list[int]) -> np.ndarray:
+        n, kw = len(x), d.key_width
+        slot = T(np.array(slots, np.int32))
+        mixed = T(np.zeros((n, d.conv_dim), f))
+        ex[conv.name()](T((x @ w["in_proj_qkv"].T).astype(f)),
+                        T(w["conv1d"][:, 0].astype(f)), slot, conv_state, mixed)
+        m = mixed.numpy()
+        gb = T(np.zeros((n, 2 * d.v_heads), f))
+        ba = np.concatenate([x @ w["in_proj_b"].T, x @ w["in_proj_a"].T], axis=1).astype(f)
+        ex[gate.name()](T(ba), T(w["A_log"].astype(f)), T(w["dt_bias"].astype(f)), gb)
+        g, beta = gb.numpy()[:, :d.v_heads], gb.numpy()[:, d.v_heads:]
+        o = T(np.zeros((n, d.v_heads, d.v_dim), f))
+        ex[rec.name()](T(np.ascontiguousarray(m[:, :kw].reshape(n, d.k_heads, d.k_dim))),
+                       T(np.ascontiguousarray(m[:, kw:2 * kw].reshape(n, d.k_heads, d.k_dim))),
+                       T(np.ascontiguousarray(m[:, 2 * kw:].reshape(n, d.v_heads, d.v_dim))),
+                       T(np.ascontiguousarray(g)), T(np.ascontiguousarray(beta)), slot, ssm, o)
+        y = T(np.zeros((n, d.value_width), f))
+        ex[norm.name()](T(o.numpy().reshape(n, -1)), T((x @ w["in_proj_z"].T).astype(f)),
+                        T(w["norm"].astype(f)), y)
+        return y.numpy() @ w["out_proj"].T
+
+    xs = [rng.standard_normal((9, d.hidden)), rng.standard_normal((6, d.hidden))]
+    got = [[step(xs[0][:7], [0] * 7)], [step(xs[1][:4], [1] * 4)]]
+    for t in range(2):  # decode rows of both sequences in one step
+        y = step(np.stack([xs[0][7 + t], xs[1][4 + t]]), [0, 1])
+        got[0].append(y[:1])
+        got[1].append(y[1:])
+    for s in range(seqs):
+        want, _ = gdn.gdn_layer(xs[s], w, d, gdn.GdnState.zeros(d))
+        have = np.concatenate(got[s])
+        err = np.linalg.norm(have - want) / np.linalg.norm(want)
+        assert err < 1e-5, f"sequence {s}: relative error {err:.3g}"
