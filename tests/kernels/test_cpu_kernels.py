@@ -90,6 +90,9 @@ CASES = [
     Case(RopeSpec(heads=4, head_dim=64, max_pos=512), 33),
     Case(RopeSpec(heads=3, head_dim=128, max_pos=64), 7),
     Case(RopeSpec(heads=2, head_dim=36, max_pos=64), 7),  # half = 18: vector + scalar tail
+    # partial rotary (Qwen3.5: a quarter of the head), whole vectors and a scalar tail
+    Case(RopeSpec(heads=2, head_dim=256, max_pos=64, rotary=64), 7),
+    Case(RopeSpec(heads=3, head_dim=64, max_pos=64, rotary=20), 5),
     Case(SiluMulSpec(inter=72), 1),
     Case(SiluMulSpec(inter=1000), 33),
     Case(SiluMulSpec(inter=77), 7),
@@ -376,6 +379,8 @@ def test_spec_names_are_c_identifiers() -> None:
         lambda: MatmulSpec(k=64, n_out=64, wdtype="q8g32", layout="panels"),
         lambda: MatmulSpec(k=64, n_out=64, layout="columns"),  # type: ignore[arg-type]
         lambda: RopeSpec(heads=2, head_dim=63, max_pos=8),
+        lambda: RopeSpec(heads=2, head_dim=64, max_pos=8, rotary=66),
+        lambda: RopeSpec(heads=2, head_dim=64, max_pos=8, rotary=15),
         lambda: RMSNormSpec(hidden=0, eps=1e-6),
     ],
 )

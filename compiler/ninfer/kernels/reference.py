@@ -60,13 +60,13 @@ def matmul(spec: MatmulSpec, x: np.ndarray, *weight_and_bias: np.ndarray) -> np.
 def rope(
     spec: RopeSpec, x: np.ndarray, pos: np.ndarray, cos: np.ndarray, sin: np.ndarray
 ) -> np.ndarray:
-    half = spec.head_dim // 2
+    half = spec.rot // 2
     p = np.clip(pos, 0, spec.max_pos - 1)
     c = _f64(cos)[p][:, None, :]  # [n, 1, half]
     s = _f64(sin)[p][:, None, :]
     x = _f64(x)
-    x1, x2 = x[..., :half], x[..., half:]
-    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    x1, x2, rest = x[..., :half], x[..., half:spec.rot], x[..., spec.rot:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s, rest], axis=-1)
 
 
 def silu_mul(spec: SiluMulSpec, gu: np.ndarray) -> np.ndarray:

@@ -170,10 +170,13 @@ class MatmulSpec:
 
 @dataclass(frozen=True)
 class RopeSpec:
-    """Rotary embedding, Hugging Face rotate_half (NeoX) convention, with h = head_dim / 2:
+    """Rotary embedding, Hugging Face rotate_half (NeoX) convention, on the first R dims of
+    each head (R = rotary, 0: the whole head; partial rotary as Qwen3.5's
+    partial_rotary_factor), with h = R / 2:
 
     out[.., d] = x[.., d] * cos - x[.., d + h] * sin
-    out[.., d + h] = x[.., d + h] * cos + x[.., d] * sin,  cos/sin = table[pos[i], d].
+    out[.., d + h] = x[.., d + h] * cos + x[.., d] * sin,  cos/sin = table[pos[i], d],
+    out[.., d] = x[.., d] for R <= d < head_dim.
     Positions outside [0, max_pos) are clamped into range.
     """
 
@@ -181,17 +184,27 @@ class RopeSpec:
     heads: int
     head_dim: int
     max_pos: int
+    rotary: int = 0
 
     def __post_init__(self) -> None:
         _require_positive(self, "heads", "head_dim", "max_pos")
         if self.head_dim % 2:
             raise ValueError(f"RopeSpec.head_dim must be even, got {self.head_dim}")
+        if self.rotary and (self.rotary % 2 or not 0 < self.rotary <= self.head_dim):
+            raise ValueError(f"RopeSpec.rotary must be 0 or an even number of dims up to "
+                             f"head_dim {self.head_dim}, got {self.rotary}")
+
+    @property
+    def rot(self) -> int:
+        """Rotated dims per head."""
+        return self.rotary or self.head_dim
 
     def name(self) -> str:
-        return f"rope_h{self.heads}_d{self.head_dim}_p{self.max_pos}_f32"
+        part = f"_r{self.rotary}" if self.rotary and self.rotary != self.head_dim else ""
+        return f"rope_h{self.heads}_d{self.head_dim}{part}_p{self.max_pos}_f32"
 
     def signature(self) -> list[Arg]:
-        half = self.head_dim // 2
+        half = self.rot // 2
         return [
             _tensor("x", "float32", "n", self.heads, self.head_dim),
             _tensor("pos", "int32", "n"),

@@ -115,8 +115,10 @@ def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
 
 
 def rope(spec: RopeSpec) -> tirx.PrimFunc:
-    """out[d] = x[d] * cos[d % h] + sign(d) * x[(d + h) % D] * sin[d % h], sign = -1 below h."""
-    n, NH, D, half = _tokens(), i64(spec.heads), i64(spec.head_dim), i64(spec.head_dim // 2)
+    """out[d] = x[d] * cos[d % h] + sign(d) * x[(d + h) % R] * sin[d % h], sign = -1 below h,
+    for d < R (the rotated dims); out[d] = x[d] above."""
+    n, NH, D = _tokens(), i64(spec.heads), i64(spec.head_dim)
+    R, half = i64(spec.rot), i64(spec.rot // 2)
     x = te.placeholder((n, NH, D), F32, "x")
     pos = te.placeholder((n,), "int32", "pos")
     cos = te.placeholder((i64(spec.max_pos), half), F32, "cos")
@@ -124,9 +126,13 @@ def rope(spec: RopeSpec) -> tirx.PrimFunc:
 
     def rotate(i: tirx.PrimExpr, h: tirx.PrimExpr, d: tirx.PrimExpr) -> tirx.PrimExpr:
         p = _clamp(pos[i], spec.max_pos)
-        partner = x[i, h, (d + half) % D]
-        signed = tirx.if_then_else(d < half, f32(0.0) - partner, partner)
-        return x[i, h, d] * cos[p, d % half] + signed * sin[p, d % half]
+        dr = tirx.min(d, R - 1)  # rotated dims only; the others pass through
+        partner = x[i, h, (dr + half) % R]
+        signed = tirx.if_then_else(dr < half, f32(0.0) - partner, partner)
+        rotated = x[i, h, dr] * cos[p, dr % half] + signed * sin[p, dr % half]
+        if spec.rot == spec.head_dim:
+            return rotated
+        return tirx.if_then_else(d < R, rotated, x[i, h, d])
 
     out = te.compute((n, NH, D), rotate, name="out")
     return te.create_prim_func([x, pos, cos, sin, out])

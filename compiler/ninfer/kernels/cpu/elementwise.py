@@ -74,7 +74,8 @@ def rmsnorm(spec: RMSNormSpec) -> tirx.PrimFunc:
 
 def rope(spec: RopeSpec) -> tirx.PrimFunc:
     NH, D, P = spec.heads, spec.head_dim, spec.max_pos
-    half = D // 2
+    R = spec.rot
+    half = R // 2
     DV, DT = divmod(half, VW)
 
     @T.prim_func(private=True)
@@ -104,6 +105,8 @@ def rope(spec: RopeSpec) -> tirx.PrimFunc:
                 d = T.bind(DV * VW + t)
                 out[i, h, d] = x[i, h, d] * cos[p, d] - x[i, h, d + half] * sin[p, d]
                 out[i, h, d + half] = x[i, h, d + half] * cos[p, d] + x[i, h, d] * sin[p, d]
+            for d in range(R, D):  # partial rotary: the other dims pass through
+                out[i, h, d] = x[i, h, d]
 
     return kernel
 
