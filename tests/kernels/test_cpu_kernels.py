@@ -34,6 +34,7 @@ from ninfer.kernels import (
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
+    SigmoidGateSpec,
     SiluMulSpec,
     build_cpu_module,
     build_cpu_object,
@@ -96,6 +97,8 @@ CASES = [
     Case(SiluMulSpec(inter=72), 1),
     Case(SiluMulSpec(inter=1000), 33),
     Case(SiluMulSpec(inter=77), 7),
+    Case(SigmoidGateSpec(width=1024), 5),
+    Case(SigmoidGateSpec(width=77), 3),  # a scalar tail
     Case(AddSpec(hidden=72), 1),
     Case(AddSpec(hidden=1027), 33),
 ]

@@ -21,6 +21,7 @@ from .spec import (
     RMSNormSpec,
     RopeSpec,
     SamplerSpec,
+    SigmoidGateSpec,
     SiluMulSpec,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "RMSNormSpec",
     "RopeSpec",
     "SamplerSpec",
+    "SigmoidGateSpec",
     "SiluMulSpec",
     "build_cpu_module",
     "build_cpu_object",

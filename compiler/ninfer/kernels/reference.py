@@ -27,6 +27,7 @@ from .spec import (
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
+    SigmoidGateSpec,
     SiluMulSpec,
 )
 
@@ -173,6 +174,10 @@ def gdn_norm(spec: GdnNormSpec, o: np.ndarray, z: np.ndarray, weight: np.ndarray
                                        spec.eps).reshape(len(o), -1)
 
 
+def sigmoid_gate(spec: SigmoidGateSpec, x: np.ndarray, gate: np.ndarray) -> np.ndarray:
+    return _f64(x) / (1.0 + np.exp(-_f64(gate)))
+
+
 _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "embedding": embedding,
     "rmsnorm": rmsnorm,
@@ -186,6 +191,7 @@ _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "gdn_conv": gdn_conv,
     "gdn_gate": gdn_gate,
     "gdn_norm": gdn_norm,
+    "sigmoid_gate": sigmoid_gate,
 }
 
 

@@ -235,6 +235,28 @@ class SiluMulSpec:
 
 
 @dataclass(frozen=True)
+class SigmoidGateSpec:
+    """out = x * sigmoid(gate) (the output gate of Qwen3.5's full attention, applied to the
+    attention output before o_proj)."""
+
+    family: ClassVar[str] = "sigmoid_gate"
+    width: int
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "width")
+
+    def name(self) -> str:
+        return f"sigmoid_gate_w{self.width}_f32"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("x", "float32", "n", self.width),
+            _tensor("gate", "float32", "n", self.width),
+            _tensor("out", "float32", "n", self.width),
+        ]
+
+
+@dataclass(frozen=True)
 class AddSpec:
     """out = a + b (residual add)."""
 
@@ -562,4 +584,5 @@ KernelSpec = (
     | GdnConvSpec
     | GdnGateSpec
     | GdnNormSpec
+    | SigmoidGateSpec
 )

@@ -27,6 +27,7 @@ from .spec import (
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
+    SigmoidGateSpec,
     SiluMulSpec,
 )
 
@@ -138,6 +139,15 @@ def rope(spec: RopeSpec) -> tirx.PrimFunc:
     return te.create_prim_func([x, pos, cos, sin, out])
 
 
+def sigmoid_gate(spec: SigmoidGateSpec) -> tirx.PrimFunc:
+    n, W = _tokens(), i64(spec.width)
+    x = te.placeholder((n, W), F32, "x")
+    gate = te.placeholder((n, W), F32, "gate")
+    out = te.compute((n, W), lambda i, c: x[i, c] / (f32(1.0) + tirx.exp(f32(0.0) - gate[i, c])),
+                     name="out")
+    return te.create_prim_func([x, gate, out])
+
+
 def silu_mul(spec: SiluMulSpec) -> tirx.PrimFunc:
     n, inter = _tokens(), i64(spec.inter)
     gu = te.placeholder((n, i64(2 * spec.inter)), F32, "gu")
@@ -164,6 +174,7 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "matmul": matmul,
     "rope": rope,
     "silu_mul": silu_mul,
+    "sigmoid_gate": sigmoid_gate,
     "add": add,
 }
 TE_FAMILIES = frozenset(_BUILDERS)

@@ -52,6 +52,7 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "gdn_conv": gdn.gdn_conv,
     "gdn_gate": gdn.gdn_gate,
     "gdn_norm": gdn.gdn_norm,
+    "sigmoid_gate": elementwise.sigmoid_gate,
 }
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
-from ..spec import AddSpec, EmbeddingSpec, KvStoreSpec, RMSNormSpec, RopeSpec, SiluMulSpec
+from ..spec import (
+    AddSpec,
+    EmbeddingSpec,
+    KvStoreSpec,
+    RMSNormSpec,
+    RopeSpec,
+    SigmoidGateSpec,
+    SiluMulSpec,
+)
 from .common import F32, VECTOR_LANES, f32, fast_exp, hsum, i64, scratch
 
 VW = VECTOR_LANES
@@ -130,6 +138,30 @@ def silu_mul(spec: SiluMulSpec) -> tirx.PrimFunc:
                     out[i, c * VW + v] = silu_times(gu[i, c * VW + v], gu[i, c * VW + v + inter])
             for t in range(IT):
                 out[i, IV * VW + t] = silu_times(gu[i, IV * VW + t], gu[i, IV * VW + t + inter])
+
+    return kernel
+
+
+def sigmoid_gate(spec: SigmoidGateSpec) -> tirx.PrimFunc:
+    W = spec.width
+    WV, WT = divmod(W, VW)
+
+    def gated(a: tirx.PrimExpr, g: tirx.PrimExpr) -> tirx.PrimExpr:
+        return a / (f32(1.0) + fast_exp(f32(0.0) - g))
+
+    @T.prim_func(private=True)
+    def kernel(x_h: T.handle, g_h: T.handle, out_h: T.handle):
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        x = T.match_buffer(x_h, (n, i64(W)), F32)
+        gate = T.match_buffer(g_h, (n, i64(W)), F32)
+        out = T.match_buffer(out_h, (n, i64(W)), F32)
+        for i in T.parallel(n):
+            for c in range(WV):
+                for v in T.vectorized(VW):
+                    out[i, c * VW + v] = gated(x[i, c * VW + v], gate[i, c * VW + v])
+            for t in range(WT):
+                out[i, WV * VW + t] = gated(x[i, WV * VW + t], gate[i, WV * VW + t])
 
     return kernel
 

@@ -41,6 +41,7 @@ from ..spec import (
     RMSNormSpec,
     RopeSpec,
     SamplerSpec,
+    SigmoidGateSpec,
     SiluMulSpec,
 )
 from ..te_defs import te_primfunc
@@ -80,7 +81,7 @@ def cuda_primfunc(spec: KernelSpec, target: Target) -> tirx.PrimFunc:
         func = cs.schedule_rmsnorm(func, spec, params)
     elif isinstance(spec, RopeSpec):
         func = cs.schedule_rope(func, spec, params)
-    elif isinstance(spec, EmbeddingSpec | SiluMulSpec | AddSpec):
+    elif isinstance(spec, EmbeddingSpec | SiluMulSpec | AddSpec | SigmoidGateSpec):
         func = cs.schedule_elementwise(func, params)
     else:
         raise NotImplementedError(f"no CUDA schedule for family {spec.family!r}")
