@@ -335,3 +335,16 @@ def test_gdn_layer_from_the_cpu_kernels_matches_the_reference() -> None:
         have = np.concatenate(got[s])
         err = np.linalg.norm(have - want) / np.linalg.norm(want)
         assert err < 1e-5, f"sequence {s}: relative error {err:.3g}"
+
+
+def test_split_gated_query_is_the_attention_s_own_split() -> None:
+    rng = np.random.default_rng(13)
+    H, hd, hidden = 3, 8, 10
+    w = rng.standard_normal((H * 2 * hd, hidden))
+    x = rng.standard_normal((4, hidden))
+    q_w, g_w = gdn.split_gated_query(w, H, hd)
+    qg = (x @ w.T).reshape(4, H, 2 * hd)  # how gated_attention (and transformers) split it
+    np.testing.assert_allclose(x @ q_w.T, qg[..., :hd].reshape(4, -1), rtol=1e-12)
+    np.testing.assert_allclose(x @ g_w.T, qg[..., hd:].reshape(4, -1), rtol=1e-12)
+    with pytest.raises(ValueError, match="not 3 heads"):
+        gdn.split_gated_query(w[:-1], H, hd)

@@ -316,3 +316,15 @@ def dense_hybrid_logits(cfg: dict, weights: dict[str, np.ndarray],
     h = zero_centred_rmsnorm(h, weights["norm.weight"], eps)
     head = weights.get("lm_head.weight", weights["embed_tokens.weight"])
     return h @ _f64(head).T
+
+
+def split_gated_query(q_proj: np.ndarray, heads: int, head_dim: int) -> tuple[np.ndarray,
+                                                                                 np.ndarray]:
+    """Qwen3.5's gated-attention `q_proj` [heads * 2 * head_dim, hidden] (per head: query
+    rows, then gate rows) as (query [heads * head_dim, hidden], gate [same]): two matmuls
+    whose outputs are contiguous, for the rope and SigmoidGateSpec kernels."""
+    if q_proj.shape[0] != heads * 2 * head_dim:
+        raise ValueError(f"q_proj has {q_proj.shape[0]} rows, not {heads} heads x 2 x "
+                         f"{head_dim}")
+    per = q_proj.reshape(heads, 2, head_dim, -1)
+    return per[:, 0].reshape(heads * head_dim, -1), per[:, 1].reshape(heads * head_dim, -1)
