@@ -145,9 +145,24 @@ def test_dense_hybrid_model_matches_transformers() -> None:
     fields = cfg.to_dict()
     assert gdn.layer_types(fields) == ["linear_attention"] * 3 + ["full_attention"]
     assert fields["rope_parameters"]["partial_rotary_factor"] < 1  # partial rotary exercised
-    got = gdn.dense_hybrid_logits(fields, weights, ids.numpy()[0])
+    got = gdn.hybrid_logits(fields, weights, ids.numpy()[0])
     err = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert err < 1e-5, f"relative error {err:.3g}"
+    # checkpoints on disk name each expert's tensors (transformers fuses them at load)
+    per_expert = {}
+    for name, t in weights.items():
+        if name.endswith("experts.gate_up_proj"):
+            base, inter = name.removesuffix("gate_up_proj"), t.shape[1] // 2
+            for e in range(t.shape[0]):
+                per_expert[f"{base}{e}.gate_proj.weight"] = t[e, :inter]
+                per_expert[f"{base}{e}.up_proj.weight"] = t[e, inter:]
+        elif name.endswith("experts.down_proj"):
+            for e in range(t.shape[0]):
+                per_expert[f"{name.removesuffix('down_proj')}{e}.down_proj.weight"] = t[e]
+        else:
+            per_expert[name] = t
+    np.testing.assert_allclose(gdn.hybrid_logits(fields, per_expert, ids.numpy()[0]), got,
+                               rtol=1e-12, atol=1e-12)
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
 
 
@@ -348,3 +363,45 @@ def test_split_gated_query_is_the_attention_s_own_split() -> None:
     np.testing.assert_allclose(x @ g_w.T, qg[..., hd:].reshape(4, -1), rtol=1e-12)
     with pytest.raises(ValueError, match="not 3 heads"):
         gdn.split_gated_query(w[:-1], H, hd)
+
+
+def test_moe_hybrid_model_matches_transformers() -> None:
+    """A tiny Qwen3-Next (fused GDN projections, sparse MoE on every other layer with a
+    gated shared expert, one dense-MLP layer by mlp_only_layers) against its logits."""
+    torch = pytest.importorskip("torch")
+    from transformers import Qwen3NextForCausalLM
+
+    cfg = _hf_config("Qwen3NextConfig")
+    cfg.tie_word_embeddings = False
+    cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size = 6, 2, 24
+    cfg.shared_expert_intermediate_size, cfg.decoder_sparse_step = 20, 1
+    cfg.mlp_only_layers, cfg.norm_topk_prob = [2], True
+    torch.manual_seed(2)
+    model = Qwen3NextForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+        ids = torch.randint(0, cfg.vocab_size, (1, 23))
+        want = model(ids).logits.double().numpy()[0]
+    weights = {k.removeprefix("model."): v.detach().double().numpy()
+               for k, v in model.state_dict().items()}
+    fields = cfg.to_dict()
+    assert [gdn.is_sparse_layer(fields, i) for i in range(4)] == [True, True, False, True]
+    got = gdn.hybrid_logits(fields, weights, ids.numpy()[0])
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert err < 1e-5, f"relative error {err:.3g}"
+    # checkpoints on disk name each expert's tensors (transformers fuses them at load)
+    per_expert = {}
+    for name, t in weights.items():
+        if name.endswith("experts.gate_up_proj"):
+            base, inter = name.removesuffix("gate_up_proj"), t.shape[1] // 2
+            for e in range(t.shape[0]):
+                per_expert[f"{base}{e}.gate_proj.weight"] = t[e, :inter]
+                per_expert[f"{base}{e}.up_proj.weight"] = t[e, inter:]
+        elif name.endswith("experts.down_proj"):
+            for e in range(t.shape[0]):
+                per_expert[f"{name.removesuffix('down_proj')}{e}.down_proj.weight"] = t[e]
+        else:
+            per_expert[name] = t
+    np.testing.assert_allclose(gdn.hybrid_logits(fields, per_expert, ids.numpy()[0]), got,
+                               rtol=1e-12, atol=1e-12)

@@ -18,9 +18,10 @@ exp(G_L) S0 + (exp(G_L - G) K)^T D. The two forms agree to rounding on any input
 sequence cut anywhere into calls that carry (conv_state, ssm_state) gives the same outputs
 as one call: the properties the kernels are tested against.
 
-`dense_hybrid_logits` runs a whole dense Qwen3.5 text model (Gated DeltaNet and gated
-full-attention layers per `layer_types`, zero-centred norms, partial rotary) from its
-checkpoint tensors: the float64 parity reference of the hybrid frontend.
+`hybrid_logits` runs a whole Qwen3.5 (dense or MoE) / Qwen3-Next text model (Gated
+DeltaNet and gated full-attention layers per `layer_types`, zero-centred norms, partial
+rotary, sparse MoE blocks with a gated shared expert) from its checkpoint tensors: the
+float64 parity reference of the hybrid frontend.
 
 Shapes: tokens first, no batch (one sequence). States: conv [K - 1, conv_dim] (the last
 K - 1 inputs of the conv, oldest first), ssm [Hv, dk, dv].
@@ -286,11 +287,57 @@ def dims_of(cfg: dict) -> GdnDims:
                    cfg["rms_norm_eps"])
 
 
-def dense_hybrid_logits(cfg: dict, weights: dict[str, np.ndarray],
-                        ids: np.ndarray) -> np.ndarray:
-    """Logits [T, vocab] of a dense Qwen3.5 text model (config.json's text fields, tensors
-    under their checkpoint names without the `model.` / `model.language_model.` prefix,
-    e.g. `layers.0.linear_attn.in_proj_qkv.weight`) on the prompt `ids`."""
+def _mlp(x: np.ndarray, gate: np.ndarray, up: np.ndarray, down: np.ndarray) -> np.ndarray:
+    return (silu(x @ _f64(gate).T) * (x @ _f64(up).T)) @ _f64(down).T
+
+
+def _experts(m: dict[str, np.ndarray], count: int) -> list[tuple[np.ndarray, ...]]:
+    """(gate, up, down) per expert, from per-expert checkpoint tensors
+    (`experts.{e}.gate_proj` ...) or transformers' fused `experts.gate_up_proj` [E, 2I, H]
+    and `experts.down_proj` [E, H, I]."""
+    if "experts.gate_up_proj" in m:
+        gu, down = _f64(m["experts.gate_up_proj"]), _f64(m["experts.down_proj"])
+        inter = gu.shape[1] // 2
+        return [(gu[e, :inter], gu[e, inter:], down[e]) for e in range(count)]
+    return [(m[f"experts.{e}.gate_proj"], m[f"experts.{e}.up_proj"], m[f"experts.{e}.down_proj"])
+            for e in range(count)]
+
+
+def moe_mlp(x: np.ndarray, m: dict[str, np.ndarray], cfg: dict) -> np.ndarray:
+    """Qwen3-Next / Qwen3.5-MoE sparse block: p = softmax(router(x)), the top
+    num_experts_per_tok experts (renormalised when norm_topk_prob) weighted by p, plus
+    sigmoid(shared_expert_gate . x) * shared_expert(x)."""
+    E, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+    logits = x @ _f64(m["gate"]).T
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    top = np.argsort(-p, axis=-1, kind="stable")[:, :k]
+    weights = np.take_along_axis(p, top, axis=-1)
+    if cfg.get("norm_topk_prob", True):
+        weights = weights / weights.sum(-1, keepdims=True)
+    experts = _experts(m, E)
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        for e, wt in zip(top[t], weights[t], strict=True):
+            out[t] += wt * _mlp(x[t:t + 1], *experts[e])[0]
+    shared = _mlp(x, m["shared_expert.gate_proj"], m["shared_expert.up_proj"],
+                  m["shared_expert.down_proj"])
+    gate = 1.0 / (1.0 + np.exp(-(x @ _f64(m["shared_expert_gate"]).T)))
+    return out + gate * shared
+
+
+def is_sparse_layer(cfg: dict, i: int) -> bool:
+    """Whether layer i's MLP is the sparse MoE block (num_experts > 0, every
+    decoder_sparse_step-th layer, not in mlp_only_layers)."""
+    return (cfg.get("num_experts", 0) > 0 and i not in cfg.get("mlp_only_layers", [])
+            and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+
+
+def hybrid_logits(cfg: dict, weights: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """Logits [T, vocab] of a Qwen3.5 (dense or MoE) / Qwen3-Next text model (config.json's
+    text fields, tensors under their checkpoint names without the `model.` /
+    `model.language_model.` prefix, e.g. `layers.0.linear_attn.in_proj_qkv.weight`;
+    Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba` are split here) on the prompt `ids`."""
     eps = cfg["rms_norm_eps"]
     d = dims_of(cfg)
     h = _f64(weights["embed_tokens.weight"])[np.asarray(ids)]
@@ -305,14 +352,19 @@ def dense_hybrid_logits(cfg: dict, weights: dict[str, np.ndarray],
         pre = f"layers.{i}."
         x = zero_centred_rmsnorm(h, weights[pre + "input_layernorm.weight"], eps)
         if kind == "linear_attention":
-            y, _ = gdn_layer(x, sub(pre + "linear_attn."), d, GdnState.zeros(d))
+            lw = sub(pre + "linear_attn.")
+            if "in_proj_qkvz" in lw:
+                lw |= split_fused_projections(lw.pop("in_proj_qkvz"), lw.pop("in_proj_ba"), d)
+            y, _ = gdn_layer(x, lw, d, GdnState.zeros(d))
         else:
             y = gated_attention(x, sub(pre + "self_attn."), cfg, pos)
         h = h + y
         x = zero_centred_rmsnorm(h, weights[pre + "post_attention_layernorm.weight"], eps)
         m = sub(pre + "mlp.")
-        h = h + (silu(x @ _f64(m["gate_proj"]).T) * (x @ _f64(m["up_proj"]).T)) @ _f64(
-            m["down_proj"]).T
+        if is_sparse_layer(cfg, i):
+            h = h + moe_mlp(x, m, cfg)
+        else:
+            h = h + _mlp(x, m["gate_proj"], m["up_proj"], m["down_proj"])
     h = zero_centred_rmsnorm(h, weights["norm.weight"], eps)
     head = weights.get("lm_head.weight", weights["embed_tokens.weight"])
     return h @ _f64(head).T
