@@ -243,3 +243,35 @@ def test_yarn_rope_tables_match_transformers(scaling):
     our_cos, our_sin = rope_tables(rope, 32, 300)
     np.testing.assert_allclose(our_cos, cos[0, :, :16].numpy(), atol=2e-6, rtol=0)
     np.testing.assert_allclose(our_sin, sin[0, :, :16].numpy(), atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize(("config", "arch", "message"), [
+    ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+     r"'Qwen3_5ForCausalLM' is a hybrid model \(6 Gated DeltaNet and 2 gated full-attention "
+     r"layers\); ninfer does not compile hybrid models yet"),
+    ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration",  # text fields nested in text_config
+     r"'Qwen3_5ForConditionalGeneration' is a hybrid model \(6 Gated DeltaNet and 2"),
+    ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+     r"'Qwen3NextForCausalLM' is a hybrid model \(6 Gated DeltaNet and 2 gated full-attention "
+     r"layers, 8 experts\)"),
+])
+def test_hybrid_architectures_are_recognised_and_refused(tmp_path, config, arch, message):
+    """Real transformers 5.24 configs (8 layers: layer_types or the interval of 4): the
+    refusal says what the checkpoint is, not that the architecture is unknown."""
+    import transformers
+
+    kwargs = {"num_experts": 8} if config == "Qwen3NextConfig" else {}
+    if config == "Qwen3_5Config":
+        cfg_obj = transformers.Qwen3_5Config(text_config={"num_hidden_layers": 8})
+    else:
+        cfg_obj = getattr(transformers, config)(num_hidden_layers=8, **kwargs)
+    cfg = {**cfg_obj.to_dict(), "architectures": [arch]}
+    if config == "Qwen3NextConfig":
+        cfg.pop("layer_types", None)  # from full_attention_interval instead
+    ckpt_dir = tmp_path / "m"
+    ckpt_dir.mkdir()
+    (ckpt_dir / "config.json").write_text(json.dumps(cfg, default=str))
+    (ckpt_dir / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
+    save_file({"x": np.zeros(1, np.float32)}, str(ckpt_dir / "model.safetensors"))
+    with pytest.raises(FrontendError, match=message):
+        build_graph(open_checkpoint(ckpt_dir))

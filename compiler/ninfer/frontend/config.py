@@ -106,6 +106,11 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, cfg: dict[str, Any]) -> ModelConfig:
         archs = cfg.get("architectures") or []
+        if isinstance(cfg.get("text_config"), dict) and archs and str(archs[0]).endswith(
+                "ForConditionalGeneration"):
+            # a multimodal checkpoint (Qwen3.5): the language model's fields are nested
+            cfg = {**cfg["text_config"], "architectures": archs,
+                   **{k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}}
         if len(archs) != 1:
             raise FrontendError(f"config.json: expected exactly one entry in 'architectures', "
                                 f"got {archs!r}")

@@ -7,7 +7,7 @@ traits below. The Hugging Face weight-name mapping is data.
 from __future__ import annotations
 
 from ninfer.frontend.checkpoint import Checkpoint
-from ninfer.frontend.config import FrontendError
+from ninfer.frontend.config import FrontendError, ModelConfig
 from ninfer.frontend.graph import DenseBlockTraits, ModelGraph, dense_decoder_weights
 
 HF_NAMES = {
@@ -38,8 +38,31 @@ ARCHITECTURES = {
 }
 
 
+# Hybrid linear-attention models (issue 15): recognised, not compiled yet.
+HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
+                        "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+                        "Qwen3NextForCausalLM")
+
+
+def _hybrid_refusal(cfg: ModelConfig) -> str:
+    """What a hybrid checkpoint is, and that it is not compiled yet."""
+    types = cfg.extra.get("layer_types")
+    if not types:
+        every = int(cfg.extra.get("full_attention_interval", 4))
+        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+                 for i in range(cfg.num_layers)]
+    linear = sum(t == "linear_attention" for t in types)
+    moe = f", {cfg.extra['num_experts']} experts" if cfg.extra.get("num_experts") else ""
+    return (f"architecture '{cfg.architecture}' is a hybrid model ({linear} Gated DeltaNet "
+            f"and {len(types) - linear} gated full-attention layers{moe}); ninfer does not "
+            "compile hybrid models yet (supported: "
+            f"{', '.join(sorted(ARCHITECTURES))})")
+
+
 def build_graph(ckpt: Checkpoint) -> ModelGraph:
     cfg = ckpt.config
+    if cfg.architecture in HYBRID_ARCHITECTURES:
+        raise FrontendError(_hybrid_refusal(cfg))
     make_traits = ARCHITECTURES.get(cfg.architecture)
     if make_traits is None:
         raise FrontendError(
