@@ -125,50 +125,48 @@ def test_layer_matches_transformers(config: str, module: str, attr: str, fused: 
     assert err < 1e-5, f"{attr}: relative error {err:.3g}"
 
 
+def _run_hf(model_cls, cfg, seed: int, tokens: int):  # type: ignore[no-untyped-def]
+    """(transformers' logits, the model's tensors as float64 without the `model.` prefix,
+    its config as a dict, the prompt) for a tiny random model, weights perturbed away
+    from their initialisers."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model_cls(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+        ids = torch.randint(0, cfg.vocab_size, (1, tokens))
+        want = model(ids).logits.double().numpy()[0]
+    weights = {k.removeprefix("model."): v.detach().double().numpy()
+               for k, v in model.state_dict().items()}
+    return want, weights, cfg.to_dict(), ids.numpy()[0]
+
+
+def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
 def test_dense_hybrid_model_matches_transformers() -> None:
     """A whole tiny Qwen3.5 (3 Gated DeltaNet layers and a gated full-attention one, partial
     rotary, zero-centred norms, untied head) against Qwen3_5ForCausalLM's logits."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from transformers import Qwen3_5ForCausalLM
 
     cfg = _hf_config("Qwen3_5TextConfig")
     cfg.tie_word_embeddings = False
-    torch.manual_seed(1)
-    model = Qwen3_5ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-        ids = torch.randint(0, cfg.vocab_size, (1, 41))
-        want = model(ids).logits.double().numpy()[0]
-    weights = {k.removeprefix("model."): v.detach().double().numpy()
-               for k, v in model.state_dict().items()}
-    fields = cfg.to_dict()
+    want, weights, fields, ids = _run_hf(Qwen3_5ForCausalLM, cfg, 1, 41)
     assert gdn.layer_types(fields) == ["linear_attention"] * 3 + ["full_attention"]
     assert fields["rope_parameters"]["partial_rotary_factor"] < 1  # partial rotary exercised
-    got = gdn.hybrid_logits(fields, weights, ids.numpy()[0])
-    err = np.linalg.norm(got - want) / np.linalg.norm(want)
-    assert err < 1e-5, f"relative error {err:.3g}"
-    # checkpoints on disk name each expert's tensors (transformers fuses them at load)
-    per_expert = {}
-    for name, t in weights.items():
-        if name.endswith("experts.gate_up_proj"):
-            base, inter = name.removesuffix("gate_up_proj"), t.shape[1] // 2
-            for e in range(t.shape[0]):
-                per_expert[f"{base}{e}.gate_proj.weight"] = t[e, :inter]
-                per_expert[f"{base}{e}.up_proj.weight"] = t[e, inter:]
-        elif name.endswith("experts.down_proj"):
-            for e in range(t.shape[0]):
-                per_expert[f"{name.removesuffix('down_proj')}{e}.down_proj.weight"] = t[e]
-        else:
-            per_expert[name] = t
-    np.testing.assert_allclose(gdn.hybrid_logits(fields, per_expert, ids.numpy()[0]), got,
-                               rtol=1e-12, atol=1e-12)
+    got = gdn.hybrid_logits(fields, weights, ids)
+    assert _rel_err(got, want) < 1e-5, f"relative error {_rel_err(got, want):.3g}"
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
 
 
 # ---- the CPU kernel of the recurrence ------------------------------------------------------
 
 GDN_SPECS = [GdnRecurrentSpec(2, 4, 16, 8, 3), GdnRecurrentSpec(1, 1, 32, 16, 2)]
+CONV_SPECS = [GdnConvSpec(20, 4, 3), GdnConvSpec(16, 2, 2)]  # a channel tail; kernel 2
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +176,7 @@ def gdn_kernels():  # type: ignore[no-untyped-def]
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     from ninfer.kernels import build_cpu_module
 
-    return build_cpu_module(GDN_SPECS)
+    return build_cpu_module(GDN_SPECS + CONV_SPECS)
 
 
 def _gdn_inputs(spec: GdnRecurrentSpec, slots: list[int],
@@ -219,19 +217,16 @@ def test_gdn_recurrent_kernel_matches_reference(gdn_kernels, spec: GdnRecurrentS
     assert np.array_equal(args[6].numpy()[untouched], inputs[6][untouched])
 
 
-CONV_SPECS = [GdnConvSpec(20, 4, 3), GdnConvSpec(16, 2, 2)]  # a channel tail; kernel 2
 
 
 @pytest.mark.parametrize("spec", CONV_SPECS, ids=lambda s: s.name())
 @pytest.mark.parametrize("slots", [[2], [0, 0, 0, 0, 0, 0], [1, 0, 0, 1, 2, 1, 1, 0]],
                          ids=["decode", "prefill", "mixed"])
-def test_gdn_conv_kernel_matches_reference(spec: GdnConvSpec, slots: list[int]) -> None:
-    import os
-
+def test_gdn_conv_kernel_matches_reference(gdn_kernels, spec: GdnConvSpec,  # type: ignore[no-untyped-def]
+                                            slots: list[int]) -> None:
     import tvm
 
-    os.environ.setdefault("TVM_NUM_THREADS", "2")
-    from ninfer.kernels import build_cpu_module, reference
+    from ninfer.kernels import reference
     from ninfer.kernels.reference import gdn_conv_states
 
     rng = np.random.default_rng(len(slots) + spec.channels)
@@ -241,7 +236,7 @@ def test_gdn_conv_kernel_matches_reference(spec: GdnConvSpec, slots: list[int]) 
               np.array(slots, np.int32),
               rng.standard_normal((spec.max_seqs, spec.kernel - 1, spec.channels)).astype(f)]
     want_out, want_state = reference(spec, *inputs), gdn_conv_states(spec, *inputs)
-    ex = _conv_module(build_cpu_module)
+    ex = gdn_kernels
     args = [tvm.runtime.tensor(a) for a in inputs]
     out = tvm.runtime.tensor(np.full(want_out.shape, np.nan, f))
     ex[spec.name()](*args, out)
@@ -250,15 +245,6 @@ def test_gdn_conv_kernel_matches_reference(spec: GdnConvSpec, slots: list[int]) 
     # slot 2 of a 2-slot pool is clamped to slot 1, as in the reference
     untouched = sorted(set(range(spec.max_seqs)) - {min(s, spec.max_seqs - 1) for s in slots})
     assert np.array_equal(args[3].numpy()[untouched], inputs[3][untouched])
-
-
-_CONV_MODULE: list = []
-
-
-def _conv_module(build):  # type: ignore[no-untyped-def]
-    if not _CONV_MODULE:
-        _CONV_MODULE.append(build(CONV_SPECS))
-    return _CONV_MODULE[0]
 
 
 GATE_SPEC, NORM_SPECS = GdnGateSpec(6), [GdnNormSpec(3, 16), GdnNormSpec(2, 12, 1e-5)]
@@ -366,9 +352,9 @@ def test_split_gated_query_is_the_attention_s_own_split() -> None:
 
 
 def test_moe_hybrid_model_matches_transformers() -> None:
-    """A tiny Qwen3-Next (fused GDN projections, sparse MoE on every other layer with a
-    gated shared expert, one dense-MLP layer by mlp_only_layers) against its logits."""
-    torch = pytest.importorskip("torch")
+    """A tiny Qwen3-Next (fused GDN projections, sparse MoE blocks with a gated shared
+    expert, layer 2 a dense MLP by mlp_only_layers) against its logits."""
+    pytest.importorskip("torch")
     from transformers import Qwen3NextForCausalLM
 
     cfg = _hf_config("Qwen3NextConfig")
@@ -376,20 +362,10 @@ def test_moe_hybrid_model_matches_transformers() -> None:
     cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size = 6, 2, 24
     cfg.shared_expert_intermediate_size, cfg.decoder_sparse_step = 20, 1
     cfg.mlp_only_layers, cfg.norm_topk_prob = [2], True
-    torch.manual_seed(2)
-    model = Qwen3NextForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-        ids = torch.randint(0, cfg.vocab_size, (1, 23))
-        want = model(ids).logits.double().numpy()[0]
-    weights = {k.removeprefix("model."): v.detach().double().numpy()
-               for k, v in model.state_dict().items()}
-    fields = cfg.to_dict()
+    want, weights, fields, ids = _run_hf(Qwen3NextForCausalLM, cfg, 2, 23)
     assert [gdn.is_sparse_layer(fields, i) for i in range(4)] == [True, True, False, True]
-    got = gdn.hybrid_logits(fields, weights, ids.numpy()[0])
-    err = np.linalg.norm(got - want) / np.linalg.norm(want)
-    assert err < 1e-5, f"relative error {err:.3g}"
+    got = gdn.hybrid_logits(fields, weights, ids)
+    assert _rel_err(got, want) < 1e-5, f"relative error {_rel_err(got, want):.3g}"
     # checkpoints on disk name each expert's tensors (transformers fuses them at load)
     per_expert = {}
     for name, t in weights.items():
@@ -403,5 +379,5 @@ def test_moe_hybrid_model_matches_transformers() -> None:
                 per_expert[f"{name.removesuffix('down_proj')}{e}.down_proj.weight"] = t[e]
         else:
             per_expert[name] = t
-    np.testing.assert_allclose(gdn.hybrid_logits(fields, per_expert, ids.numpy()[0]), got,
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gdn.hybrid_logits(fields, per_expert, ids), got, rtol=1e-12,
+                               atol=1e-12)

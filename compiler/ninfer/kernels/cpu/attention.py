@@ -45,11 +45,11 @@ from ninfer.quantize.kv_formats import KV_GROUP, kv_format
 from ..spec import AttentionSpec
 from .common import (
     F32,
-    VECTOR_LANES,
     f32,
     fast_exp,
     hmax,
     host_has_avx512,
+    host_vector_lanes,
     hsum_vector,
     i64,
     prefetch,
@@ -65,7 +65,7 @@ NEG = -1.0e30  # score of a masked key; fast_exp flushes exp(NEG - m) to 0
 def attention_lanes() -> int:
     """float32 lanes of the kernel's vectors: 16 on AVX-512 hosts (zmm, 32 registers),
     else 8. Rows stay bitwise independent of the batch within a build either way."""
-    return 16 if host_has_avx512() else VECTOR_LANES
+    return host_vector_lanes()
 
 
 def _registers() -> int:

@@ -34,6 +34,11 @@ def host_has_avx512() -> bool:
     """AVX-512F: 512-bit vectors and 32 vector registers."""
     return host_has("avx512f")
 
+
+def host_vector_lanes() -> int:
+    """float32 lanes of a full vector register on this host: 16 with AVX-512, else 8."""
+    return 16 if host_has_avx512() else VECTOR_LANES
+
 LINE_FLOATS = 16  # float32 values per 64-byte cache line
 
 _LOG2E = 1.4426950408889634

@@ -40,7 +40,7 @@ from tvm.script import tirx as T
 from ninfer.quantize.weight_formats import PANEL
 
 from ..spec import MatmulSpec
-from .common import F32, VECTOR_LANES, f32, host_has_avx512, i64, prefetch, scratch
+from .common import F32, f32, host_vector_lanes, i64, prefetch, scratch
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ PF_BYTES = 2048  # gemv: software prefetch distance along the stream (0: hardwar
 def matmul_lanes() -> int:
     """float32 lanes of the float matmuls' vectors: 16 where the host has AVX-512, else 8.
     The result does not depend on it (see the module docstring)."""
-    return 16 if host_has_avx512() else VECTOR_LANES
+    return host_vector_lanes()
 
 
 def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
