@@ -179,51 +179,51 @@ def gdn_kernels():  # type: ignore[no-untyped-def]
     return build_cpu_module(GDN_SPECS + CONV_SPECS)
 
 
-def _gdn_inputs(spec: GdnRecurrentSpec, slots: list[int],
-                rng: np.random.Generator) -> list[np.ndarray]:
+def _gdn_inputs(spec: GdnRecurrentSpec, slots: list[int], rng: np.random.Generator,
+                pos: list[int] | None = None) -> list[np.ndarray]:
     n = len(slots)
     f = np.float32
     g, beta = gdn.gating(rng.standard_normal((n, spec.v_heads)),
                          rng.standard_normal((n, spec.v_heads)),
                          np.log(rng.uniform(0.01, 16, spec.v_heads)), np.ones(spec.v_heads))
-    return [rng.standard_normal((n, spec.k_heads, spec.k_dim)).astype(f),
-            rng.standard_normal((n, spec.k_heads, spec.k_dim)).astype(f),
-            rng.standard_normal((n, spec.v_heads, spec.v_dim)).astype(f),
-            g.astype(f), beta.astype(f), np.array(slots, np.int32),
+    return [rng.standard_normal((n, spec.channels)).astype(f),
+            np.concatenate([g, beta], axis=1).astype(f),
+            np.array(pos or [5] * n, np.int32), np.array(slots, np.int32),
             rng.standard_normal((spec.max_seqs, spec.v_heads, spec.k_dim, spec.v_dim)).astype(f)]
 
 
 @pytest.mark.parametrize("spec", GDN_SPECS, ids=lambda s: s.name())
-@pytest.mark.parametrize("slots", [[0], [1, 1, 1, 1, 1, 1, 1], [1, 0, 0, 1, 0, 1, 1, 0]],
-                         ids=["decode", "prefill", "mixed"])
+@pytest.mark.parametrize(("slots", "pos"), [
+    ([0], None), ([1] * 7, None), ([1, 0, 0, 1, 0, 1, 1, 0], None),
+    # slot 1 starts a new sequence at its third row, slot 0 at its first
+    ([1, 0, 1, 1, 0, 1], [3, 0, 4, 0, 1, 1])], ids=["decode", "prefill", "mixed", "restart"])
 def test_gdn_recurrent_kernel_matches_reference(gdn_kernels, spec: GdnRecurrentSpec,  # type: ignore[no-untyped-def]
-                                                slots: list[int]) -> None:
+                                                slots: list[int], pos: list[int] | None) -> None:
     import tvm
 
     from ninfer.kernels import reference
     from ninfer.kernels.reference import gdn_recurrent_states
 
-    inputs = _gdn_inputs(spec, slots, np.random.default_rng(len(slots) + spec.k_dim))
+    inputs = _gdn_inputs(spec, slots, np.random.default_rng(len(slots) + spec.k_dim), pos)
     want_out = reference(spec, *inputs)
     want_state = gdn_recurrent_states(spec, *inputs)
     args = [tvm.runtime.tensor(a) for a in inputs]
     out = tvm.runtime.tensor(np.full(want_out.shape, np.nan, np.float32))
     gdn_kernels[spec.name()](*args, out)
-    for got, want, what in ((out.numpy(), want_out, "out"), (args[6].numpy(), want_state,
+    for got, want, what in ((out.numpy(), want_out, "out"), (args[4].numpy(), want_state,
                                                               "state")):
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert err < 2e-6, f"{spec.name()} {what}: relative error {err:.3g}"
     untouched = sorted(set(range(spec.max_seqs)) - set(slots))
-    assert np.array_equal(args[6].numpy()[untouched], inputs[6][untouched])
-
-
+    assert np.array_equal(args[4].numpy()[untouched], inputs[4][untouched])
 
 
 @pytest.mark.parametrize("spec", CONV_SPECS, ids=lambda s: s.name())
-@pytest.mark.parametrize("slots", [[2], [0, 0, 0, 0, 0, 0], [1, 0, 0, 1, 2, 1, 1, 0]],
-                         ids=["decode", "prefill", "mixed"])
+@pytest.mark.parametrize(("slots", "pos"), [
+    ([2], None), ([0] * 6, None), ([1, 0, 0, 1, 2, 1, 1, 0], None),
+    ([0, 1, 0, 1, 0], [0, 7, 1, 0, 2])], ids=["decode", "prefill", "mixed", "restart"])
 def test_gdn_conv_kernel_matches_reference(gdn_kernels, spec: GdnConvSpec,  # type: ignore[no-untyped-def]
-                                            slots: list[int]) -> None:
+                                            slots: list[int], pos: list[int] | None) -> None:
     import tvm
 
     from ninfer.kernels import reference
@@ -233,7 +233,7 @@ def test_gdn_conv_kernel_matches_reference(gdn_kernels, spec: GdnConvSpec,  # ty
     f = np.float32
     inputs = [rng.standard_normal((len(slots), spec.channels)).astype(f),
               rng.standard_normal((spec.channels, spec.kernel)).astype(f),
-              np.array(slots, np.int32),
+              np.array(pos or [9] * len(slots), np.int32), np.array(slots, np.int32),
               rng.standard_normal((spec.max_seqs, spec.kernel - 1, spec.channels)).astype(f)]
     want_out, want_state = reference(spec, *inputs), gdn_conv_states(spec, *inputs)
     ex = gdn_kernels
@@ -241,10 +241,10 @@ def test_gdn_conv_kernel_matches_reference(gdn_kernels, spec: GdnConvSpec,  # ty
     out = tvm.runtime.tensor(np.full(want_out.shape, np.nan, f))
     ex[spec.name()](*args, out)
     np.testing.assert_allclose(out.numpy(), want_out, rtol=2e-6, atol=2e-6)
-    np.testing.assert_array_equal(args[3].numpy(), want_state.astype(f))  # moved, not computed
+    np.testing.assert_array_equal(args[4].numpy(), want_state.astype(f))  # moved, not computed
     # slot 2 of a 2-slot pool is clamped to slot 1, as in the reference
     untouched = sorted(set(range(spec.max_seqs)) - {min(s, spec.max_seqs - 1) for s in slots})
-    assert np.array_equal(args[3].numpy()[untouched], inputs[3][untouched])
+    assert np.array_equal(args[4].numpy()[untouched], inputs[4][untouched])
 
 
 GATE_SPEC, NORM_SPECS = GdnGateSpec(6), [GdnNormSpec(3, 16), GdnNormSpec(2, 12, 1e-5)]
@@ -304,31 +304,29 @@ def test_gdn_layer_from_the_cpu_kernels_matches_the_reference() -> None:
     ssm = tvm.runtime.tensor(np.zeros((seqs, d.v_heads, d.k_dim, d.v_dim), f))
     T = tvm.runtime.tensor
 
-    def step(x: np.ndarray, slots: list[int]) -> np.ndarray:
-        n, kw = len(x), d.key_width
-        slot = T(np.array(slots, np.int32))
+    def step(x: np.ndarray, slots: list[int], pos: list[int]) -> np.ndarray:
+        n = len(x)
+        slot, p = T(np.array(slots, np.int32)), T(np.array(pos, np.int32))
         mixed = T(np.zeros((n, d.conv_dim), f))
         ex[conv.name()](T((x @ w["in_proj_qkv"].T).astype(f)),
-                        T(w["conv1d"][:, 0].astype(f)), slot, conv_state, mixed)
-        m = mixed.numpy()
+                        T(w["conv1d"][:, 0].astype(f)), p, slot, conv_state, mixed)
         gb = T(np.zeros((n, 2 * d.v_heads), f))
         ba = np.concatenate([x @ w["in_proj_b"].T, x @ w["in_proj_a"].T], axis=1).astype(f)
         ex[gate.name()](T(ba), T(w["A_log"].astype(f)), T(w["dt_bias"].astype(f)), gb)
-        g, beta = gb.numpy()[:, :d.v_heads], gb.numpy()[:, d.v_heads:]
         o = T(np.zeros((n, d.v_heads, d.v_dim), f))
-        ex[rec.name()](T(np.ascontiguousarray(m[:, :kw].reshape(n, d.k_heads, d.k_dim))),
-                       T(np.ascontiguousarray(m[:, kw:2 * kw].reshape(n, d.k_heads, d.k_dim))),
-                       T(np.ascontiguousarray(m[:, 2 * kw:].reshape(n, d.v_heads, d.v_dim))),
-                       T(np.ascontiguousarray(g)), T(np.ascontiguousarray(beta)), slot, ssm, o)
+        ex[rec.name()](mixed, gb, p, slot, ssm, o)
         y = T(np.zeros((n, d.value_width), f))
         ex[norm.name()](T(o.numpy().reshape(n, -1)), T((x @ w["in_proj_z"].T).astype(f)),
                         T(w["norm"].astype(f)), y)
         return y.numpy() @ w["out_proj"].T
 
     xs = [rng.standard_normal((9, d.hidden)), rng.standard_normal((6, d.hidden))]
-    got = [[step(xs[0][:7], [0] * 7)], [step(xs[1][:4], [1] * 4)]]
+    # the states start as garbage: position 0 must not read them
+    conv_state.copyfrom(rng.standard_normal(conv_state.shape).astype(f))
+    ssm.copyfrom(rng.standard_normal(ssm.shape).astype(f))
+    got = [[step(xs[0][:7], [0] * 7, list(range(7)))], [step(xs[1][:4], [1] * 4, list(range(4)))]]
     for t in range(2):  # decode rows of both sequences in one step
-        y = step(np.stack([xs[0][7 + t], xs[1][4 + t]]), [0, 1])
+        y = step(np.stack([xs[0][7 + t], xs[1][4 + t]]), [0, 1], [7 + t, 4 + t])
         got[0].append(y[:1])
         got[1].append(y[1:])
     for s in range(seqs):

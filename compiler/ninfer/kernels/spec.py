@@ -446,8 +446,10 @@ class SamplerSpec:
 class GdnRecurrentSpec:
     """Gated DeltaNet recurrence (kernels.gdn_reference.delta_rule_recurrent), rows in order:
     row i updates the state of slot[i] (one per sequence, [max_seqs, Hv, dk, dv] float32,
-    read and written in place) and reads it out. q, k are raw (L2-normalised here, q also
-    by dk^-1/2); value head h reads key head h // (v_heads / k_heads)."""
+    read and written in place) and reads it out; a row at position 0 starts its sequence
+    from a zero state (so admission and recompute need no reset). `qkv` is the conv's
+    output [q | k | v] (q, k raw: L2-normalised here, q also by dk^-1/2), `gb` the gates
+    [g | beta] (GdnGateSpec); value head h reads key head h // (v_heads / k_heads)."""
 
     family: ClassVar[str] = "gdn_recurrent"
     k_heads: int
@@ -466,13 +468,16 @@ class GdnRecurrentSpec:
         return (f"gdn_recurrent_hk{self.k_heads}_hv{self.v_heads}_dk{self.k_dim}"
                 f"_dv{self.v_dim}_s{self.max_seqs}")
 
+    @property
+    def channels(self) -> int:
+        """Width of the [q | k | v] rows."""
+        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+
     def signature(self) -> list[Arg]:
         return [
-            _tensor("q", "float32", "n", self.k_heads, self.k_dim),
-            _tensor("k", "float32", "n", self.k_heads, self.k_dim),
-            _tensor("v", "float32", "n", self.v_heads, self.v_dim),
-            _tensor("g", "float32", "n", self.v_heads),
-            _tensor("beta", "float32", "n", self.v_heads),
+            _tensor("qkv", "float32", "n", self.channels),
+            _tensor("gb", "float32", "n", 2 * self.v_heads),
+            _tensor("pos", "int32", "n"),
             _tensor("slot", "int32", "n"),
             _tensor("state", "float32", self.max_seqs, self.v_heads, self.k_dim, self.v_dim),
             _tensor("out", "float32", "n", self.v_heads, self.v_dim),
@@ -484,7 +489,8 @@ class GdnConvSpec:
     """SiLU(depthwise causal conv1d) of the GDN layer's [q | k | v] projections
     (kernels.gdn_reference.causal_conv1d), rows in order: row i's taps read the last
     kernel - 1 inputs of slot[i]'s sequence (conv_state [max_seqs, kernel - 1, channels],
-    oldest first, updated in place), so a prefill chunk and decode rows take the same path."""
+    oldest first, updated in place), so a prefill chunk and decode rows take the same path;
+    a row at position 0 reads zeros for them (a new sequence)."""
 
     family: ClassVar[str] = "gdn_conv"
     channels: int
@@ -503,6 +509,7 @@ class GdnConvSpec:
         return [
             _tensor("x", "float32", "n", self.channels),
             _tensor("weight", "float32", self.channels, self.kernel),
+            _tensor("pos", "int32", "n"),
             _tensor("slot", "int32", "n"),
             _tensor("conv_state", "float32", self.max_seqs, self.kernel - 1, self.channels),
             _tensor("out", "float32", "n", self.channels),

@@ -2,6 +2,8 @@
 Qwen3.5 / Qwen3-Next): the causal conv1d (GdnConvSpec) and the recurrence
 (GdnRecurrentSpec), its decode form.
 
+A row at position 0 starts a sequence: its slot's carried inputs and state are zeros.
+
 Conv: parallel over channel vectors, rows in order; row t's output is
 SiLU(sum_j w[c, j] * in[t - (K - 1) + j]) over its slot's K - 1 carried inputs and x[t], then
 the carried inputs shift by one (oldest dropped, x[t] appended).
@@ -14,6 +16,7 @@ Recurrence: parallel over value heads; within a head the rows run in order, so r
 (a prefill chunk run token by token, or one decode row) see each other's updates, whatever
 sequences the step mixes. Per row t and head h, with its slot's state S [dk, dv] (in place):
 
+    q, k, v from the row's [q | k | v] (the conv's output), g, beta from its [g | beta]
     qn, kn = q, k of key head h // r over their L2 norms (1 / sqrt(sum + 1e-6)), qn * dk^-1/2
     S *= exp(g); mem = S^T kn          (one pass over S)
     delta = (v - mem) * beta
@@ -43,18 +46,18 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
                                   f"multiple of {VW}, got {DV}")
     R = HV // HK
     NV = DV // VW
+    C = spec.channels
+    KO, VO = HK * DK, 2 * HK * DK  # where k and v start in a qkv row
     SCALE = DK ** -0.5
 
     @T.prim_func(private=True)
-    def kernel(q_h: T.handle, k_h: T.handle, v_h: T.handle, g_h: T.handle, b_h: T.handle,
-               s_h: T.handle, st_h: T.handle, o_h: T.handle):
+    def kernel(qkv_h: T.handle, gb_h: T.handle, p_h: T.handle, s_h: T.handle,
+               st_h: T.handle, o_h: T.handle):
         T.func_attr({"tirx.noalias": True})
         n = T.int64()
-        q = T.match_buffer(q_h, (n, i64(HK), i64(DK)), F32)
-        k = T.match_buffer(k_h, (n, i64(HK), i64(DK)), F32)
-        v = T.match_buffer(v_h, (n, i64(HV), i64(DV)), F32)
-        g = T.match_buffer(g_h, (n, i64(HV)), F32)
-        beta = T.match_buffer(b_h, (n, i64(HV)), F32)
+        qkv = T.match_buffer(qkv_h, (n, i64(C)), F32)
+        gb = T.match_buffer(gb_h, (n, i64(2 * HV)), F32)
+        pos = T.match_buffer(p_h, (n,), "int32")
         slot = T.match_buffer(s_h, (n,), "int32")
         state = T.match_buffer(st_h, (i64(NSEQ), i64(HV), i64(DK), i64(DV)), F32)
         out = T.match_buffer(o_h, (n, i64(HV), i64(DV)), F32)
@@ -66,17 +69,24 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
             ss = scratch((2,))
             for t in range(n):
                 s = T.bind(T.max(T.min(T.Cast("int64", slot[t]), i64(NSEQ - 1)), i64(0)))
+                if pos[t] == 0:  # a new sequence
+                    for d in range(DK):
+                        for x in T.vectorized(DV):
+                            state[s, h, d, x] = f32(0.0)
                 ss[0] = f32(0.0)
                 ss[1] = f32(0.0)
+                q0 = T.bind(h // R * DK)
+                k0 = T.bind(KO + h // R * DK)
+                v0 = T.bind(VO + h * DV)
                 for d in range(DK):
-                    ss[0] = ss[0] + q[t, h // R, d] * q[t, h // R, d]
-                    ss[1] = ss[1] + k[t, h // R, d] * k[t, h // R, d]
+                    ss[0] = ss[0] + qkv[t, q0 + d] * qkv[t, q0 + d]
+                    ss[1] = ss[1] + qkv[t, k0 + d] * qkv[t, k0 + d]
                 iq = T.bind(f32(SCALE) / T.sqrt(ss[0] + f32(EPS_L2)))
                 ik = T.bind(f32(1.0) / T.sqrt(ss[1] + f32(EPS_L2)))
                 for d in range(DK):
-                    qn[d] = q[t, h // R, d] * iq
-                    kn[d] = k[t, h // R, d] * ik
-                decay = T.bind(fast_exp(g[t, h]))
+                    qn[d] = qkv[t, q0 + d] * iq
+                    kn[d] = qkv[t, k0 + d] * ik
+                decay = T.bind(fast_exp(gb[t, h]))
                 for j in range(NV):
                     for x in T.vectorized(VW):
                         mem[j * VW + x] = f32(0.0)
@@ -87,7 +97,8 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
                             mem[j * VW + x] = mem[j * VW + x] + state[s, h, d, j * VW + x] * kn[d]
                 for j in range(NV):
                     for x in T.vectorized(VW):
-                        delta[j * VW + x] = (v[t, h, j * VW + x] - mem[j * VW + x]) * beta[t, h]
+                        delta[j * VW + x] = ((qkv[t, v0 + j * VW + x] - mem[j * VW + x])
+                                             * gb[t, HV + h])
                         mem[j * VW + x] = f32(0.0)
                 for d in range(DK):
                     for j in range(NV):
@@ -108,8 +119,12 @@ def gdn_conv(spec: GdnConvSpec) -> tirx.PrimFunc:
     TASKS = NVC + (1 if C % VW else 0)
 
     @T.macro
-    def row(x, w, state, out, s, t, c0, L):
+    def row(x, w, pos, state, out, s, t, c0, L):
         acc = scratch((VW,))
+        if pos[t] == 0:  # a new sequence: nothing before it
+            for j in range(K - 1):
+                for v in T.vectorized(L):
+                    state[s, j, c0 + v] = f32(0.0)
         for v in T.vectorized(L):
             acc[v] = w[c0 + v, K - 1] * x[t, c0 + v]
         for j in range(K - 1):
@@ -124,11 +139,13 @@ def gdn_conv(spec: GdnConvSpec) -> tirx.PrimFunc:
             state[s, K - 2, c0 + v] = x[t, c0 + v]
 
     @T.prim_func(private=True)
-    def kernel(x_h: T.handle, w_h: T.handle, s_h: T.handle, st_h: T.handle, o_h: T.handle):
+    def kernel(x_h: T.handle, w_h: T.handle, p_h: T.handle, s_h: T.handle, st_h: T.handle,
+               o_h: T.handle):
         T.func_attr({"tirx.noalias": True})
         n = T.int64()
         x = T.match_buffer(x_h, (n, i64(C)), F32)
         w = T.match_buffer(w_h, (i64(C), i64(K)), F32)
+        pos = T.match_buffer(p_h, (n,), "int32")
         slot = T.match_buffer(s_h, (n,), "int32")
         state = T.match_buffer(st_h, (i64(NSEQ), i64(K - 1), i64(C)), F32)
         out = T.match_buffer(o_h, (n, i64(C)), F32)
@@ -136,10 +153,10 @@ def gdn_conv(spec: GdnConvSpec) -> tirx.PrimFunc:
             for t in range(n):
                 s = T.bind(T.max(T.min(T.Cast("int64", slot[t]), i64(NSEQ - 1)), i64(0)))
                 if cv < NVC:
-                    row(x, w, state, out, s, t, cv * VW, VW)
+                    row(x, w, pos, state, out, s, t, cv * VW, VW)
                 else:
                     for c in range(NVC * VW, C):
-                        row(x, w, state, out, s, t, c, 1)
+                        row(x, w, pos, state, out, s, t, c, 1)
 
     return kernel
 
