@@ -36,6 +36,7 @@ class CompiledModel:
     checkpoint: Path
     out_dir: Path
     eos_token_ids: list[int]
+    hf_class: str = "AutoModelForCausalLM"  # the transformers class that is the reference
 
     @property
     def server(self) -> Path:
@@ -43,10 +44,10 @@ class CompiledModel:
 
     def hf_model(self) -> Any:
         import torch
-        from transformers import AutoModelForCausalLM
+        import transformers
 
-        model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
-        return model.eval()
+        cls = getattr(transformers, self.hf_class)
+        return cls.from_pretrained(self.checkpoint, dtype=torch.float32).eval()
 
     def hf_tokenizer(self) -> Any:
         from transformers import PreTrainedTokenizerFast
@@ -58,6 +59,45 @@ class CompiledModel:
         from ninfer.runtime.engine import load_engine
 
         return load_engine(self.out_dir, threads=2)
+
+
+def _make_hybrid(name: str, directory: Path, common: dict[str, Any]) -> None:
+    """qwen35-tiny: Qwen3_5ForCausalLM, fp32, untied, partial rotary 0.25, 3 Gated DeltaNet
+    layers per full-attention one. qwen35vl-tiny: Qwen3_5ForConditionalGeneration (text
+    fields under text_config, a one-block vision tower), bf16, tied. qwen3next-tiny:
+    Qwen3NextForCausalLM with its fused GDN projections, dense MLPs (mlp_only_layers), f16,
+    full attention every 2nd layer. Weights perturbed away from the initialisers (the
+    zero-centred norms start at 0, A_log at log(1..16))."""
+    import torch
+    import transformers
+
+    text = {**common, "num_hidden_layers": 4, "num_key_value_heads": 2,
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
+            "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4}
+    torch.manual_seed(4321)
+    model: Any
+    if name == "qwen35-tiny":
+        model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(
+            **text, tie_word_embeddings=False))
+        dtype = torch.float32
+    elif name == "qwen35vl-tiny":
+        model = transformers.Qwen3_5ForConditionalGeneration(transformers.Qwen3_5Config(
+            text_config=text, tie_word_embeddings=True,
+            vision_config={"depth": 1, "hidden_size": 32, "intermediate_size": 64,
+                           "num_heads": 2, "out_hidden_size": common["hidden_size"]}))
+        dtype = torch.bfloat16
+    else:
+        model = transformers.Qwen3NextForCausalLM(transformers.Qwen3NextConfig(
+            **text, tie_word_embeddings=False, full_attention_interval=2, num_experts=4,
+            mlp_only_layers=[0, 1, 2, 3], partial_rotary_factor=0.5))
+        dtype = torch.float16
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    model.to(dtype).save_pretrained(directory)
+
+
+HYBRID_MODELS = ("qwen35-tiny", "qwen35vl-tiny", "qwen3next-tiny")
 
 
 def _make_checkpoint(name: str, directory: Path) -> list[int]:
@@ -86,6 +126,9 @@ def _make_checkpoint(name: str, directory: Path) -> list[int]:
         num_attention_heads=4, head_dim=32, max_position_embeddings=1024,
         rms_norm_eps=1e-6, initializer_range=0.08, bos_token_id=facts["bos_token_id"],
         eos_token_id=facts["eos_token_id"])
+    if name in HYBRID_MODELS:
+        _make_hybrid(name, directory, common)
+        return list(facts["eos_token_id"])
     torch.manual_seed(1234)
     if name.startswith("qwen3"):
         config = Qwen3Config(**common, num_key_value_heads=2, rope_theta=1e6,
@@ -193,7 +236,7 @@ def compiled(name: str) -> CompiledModel:
     from ninfer.pipeline import CompileOptions
 
     ckpt = TEST_MODELS / f"{name}-checkpoint"
-    generator = generator_digest(_make_checkpoint, name)
+    generator = generator_digest(_make_checkpoint, _make_hybrid, name)
     with locked(ckpt.name):
         facts = _cached(ckpt, generator)
         if facts is None:
@@ -210,7 +253,9 @@ def compiled(name: str) -> CompiledModel:
     compile_once(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out, model_id=name,
                                 max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
                                 kv_dtype="f32"))
-    return CompiledModel(name, ckpt, out, eos)
+    return CompiledModel(name, ckpt, out, eos,
+                         "Qwen3_5ForConditionalGeneration" if name == "qwen35vl-tiny"
+                         else "AutoModelForCausalLM")
 
 
 @pytest.fixture(scope="session")
@@ -283,8 +328,24 @@ def qwen2_model() -> CompiledModel:
     return compiled("qwen2-tiny")
 
 
+@pytest.fixture(scope="session")
+def qwen35_model() -> CompiledModel:
+    return compiled("qwen35-tiny")
+
+
+@pytest.fixture(scope="session")
+def qwen35vl_model() -> CompiledModel:
+    return compiled("qwen35vl-tiny")
+
+
+@pytest.fixture(scope="session")
+def qwen3next_model() -> CompiledModel:
+    return compiled("qwen3next-tiny")
+
+
 MODEL_FIXTURES = {"qwen3-tiny": "qwen3_model", "llama-tiny": "llama_model",
-                  "qwen2-tiny": "qwen2_model"}
+                  "qwen2-tiny": "qwen2_model", "qwen35-tiny": "qwen35_model",
+                  "qwen35vl-tiny": "qwen35vl_model", "qwen3next-tiny": "qwen3next_model"}
 
 
 @pytest.fixture(scope="session", params=sorted(MODEL_FIXTURES))

@@ -245,24 +245,13 @@ def test_yarn_rope_tables_match_transformers(scaling):
     np.testing.assert_allclose(our_sin, sin[0, :, :16].numpy(), atol=2e-6, rtol=0)
 
 
-@pytest.mark.parametrize(("config", "arch", "message"), [
-    ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
-     r"'Qwen3_5ForCausalLM' is a hybrid model \(6 Gated DeltaNet and 2 gated full-attention "
-     r"layers\); ninfer does not compile hybrid models yet"),
-    ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration",  # text fields nested in text_config
-     r"'Qwen3_5ForConditionalGeneration' is a hybrid model \(6 Gated DeltaNet and 2"),
-    ("Qwen3NextConfig", "Qwen3NextForCausalLM",
-     r"'Qwen3NextForCausalLM' is a hybrid model \(6 Gated DeltaNet and 2 gated full-attention "
-     r"layers, 8 experts\)"),
-])
-def test_hybrid_architectures_are_recognised_and_refused(tmp_path, config, arch, message):
-    """Real transformers 5.24 configs (8 layers: layer_types or the interval of 4): the
-    refusal says what the checkpoint is, not that the architecture is unknown."""
+def _real_config_checkpoint(tmp_path, config: str, arch: str, **kwargs):  # type: ignore[no-untyped-def]
+    """A checkpoint directory holding transformers 5.24's default config of `config` (8
+    layers) and no real tensors."""
     import transformers
 
-    kwargs = {"num_experts": 8} if config == "Qwen3NextConfig" else {}
-    if config == "Qwen3_5Config":
-        cfg_obj = transformers.Qwen3_5Config(text_config={"num_hidden_layers": 8})
+    if config == "Qwen3_5Config":  # text fields nested in text_config
+        cfg_obj = transformers.Qwen3_5Config(text_config={"num_hidden_layers": 8, **kwargs})
     else:
         cfg_obj = getattr(transformers, config)(num_hidden_layers=8, **kwargs)
     cfg = {**cfg_obj.to_dict(), "architectures": [arch]}
@@ -273,5 +262,57 @@ def test_hybrid_architectures_are_recognised_and_refused(tmp_path, config, arch,
     (ckpt_dir / "config.json").write_text(json.dumps(cfg, default=str))
     (ckpt_dir / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
     save_file({"x": np.zeros(1, np.float32)}, str(ckpt_dir / "model.safetensors"))
-    with pytest.raises(FrontendError, match=message):
-        build_graph(open_checkpoint(ckpt_dir))
+    return open_checkpoint(ckpt_dir)
+
+
+@pytest.mark.parametrize(("config", "arch"), [
+    ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
+    ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration"),
+    ("Qwen3NextConfig", "Qwen3NextForCausalLM"),
+])
+def test_hybrid_traits_from_real_configs(tmp_path, config, arch):
+    """Real transformers 5.24 configs (8 layers: layer_types, or the interval of 4): the
+    layer kinds, GDN shapes and partial rotary are read from them, and the weight list
+    names the checkpoint's own tensors (here all missing)."""
+    from ninfer.frontend.hybrid import hybrid_traits
+
+    ckpt = _real_config_checkpoint(
+        tmp_path, config, arch, **({"mlp_only_layers": list(range(8))}
+                                   if config == "Qwen3NextConfig" else {}))
+    t = hybrid_traits(ckpt.config)
+    assert t.layer_types == ("linear_attention",) * 3 + ("full_attention",) + (
+        "linear_attention",) * 3 + ("full_attention",)
+    assert t.linear_layers == (0, 1, 2, 4, 5, 6) and t.attention_layers == (3, 7)
+    assert t.rotary == ckpt.config.head_dim * 0.25
+    assert t.fused_projections == (arch == "Qwen3NextForCausalLM")
+    fused = "in_proj_qkvz" if t.fused_projections else "in_proj_qkv"
+    with pytest.raises(FrontendError, match=r"missing tensor\(s\) .*model.embed_tokens.weight, "
+                       r"model.layers.0.input_layernorm.weight, model.layers.0.linear_attn.A_log"):
+        build_graph(ckpt)
+    from ninfer.frontend.hybrid import hybrid_weights
+
+    names = {s for w in hybrid_weights(ckpt.config, t, "model.") for s in w.sources}
+    assert f"model.layers.0.linear_attn.{fused}.weight" in names
+    assert "model.layers.3.self_attn.q_proj.weight" in names
+
+
+def test_sparse_moe_hybrids_are_refused_with_what_they_are(tmp_path):
+    ckpt = _real_config_checkpoint(tmp_path, "Qwen3NextConfig", "Qwen3NextForCausalLM",
+                                   num_experts=8, mlp_only_layers=[2])
+    with pytest.raises(FrontendError, match=r"'Qwen3NextForCausalLM' has sparse MoE blocks "
+                       r"\(8 experts in 7 layers\)"):
+        build_graph(ckpt)
+
+
+def test_partial_rotary_on_a_dense_architecture_is_refused(tmp_path):
+    import transformers
+
+    cfg = {**transformers.Qwen3Config(num_hidden_layers=1).to_dict(),
+           "architectures": ["Qwen3ForCausalLM"], "partial_rotary_factor": 0.5}
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg, default=str))
+    (d / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
+    save_file({"x": np.zeros(1, np.float32)}, str(d / "model.safetensors"))
+    with pytest.raises(FrontendError, match=r"partial_rotary_factor 0\.5 is not supported"):
+        build_graph(open_checkpoint(d))

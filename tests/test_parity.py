@@ -47,7 +47,9 @@ def test_checkpoint_dtype_is_the_default_weight_format(any_model):
     """Compiled without --weights, a bf16 checkpoint is served in bf16 and an f16 one in
     f16 (the fixtures' checkpoints: conftest._make_checkpoint)."""
     report = json.loads((any_model.out_dir / "compile_report.json").read_text())
-    expected = {"qwen3-tiny": "f32", "llama-tiny": "bf16", "qwen2-tiny": "f16"}[any_model.name]
+    expected = {"qwen3-tiny": "f32", "llama-tiny": "bf16", "qwen2-tiny": "f16",
+                "qwen35-tiny": "f32", "qwen35vl-tiny": "bf16",
+                "qwen3next-tiny": "f16"}[any_model.name]
     assert set(report["plan"]["weights"].values()) == {expected}
     assert f"--weights not given: {expected}, the checkpoint's own dtype" in report["notes"]
 

@@ -1,4 +1,5 @@
-"""Preemption and recompute on a real compiled model (the tiny Qwen3, CPU backend).
+"""Preemption and recompute on real compiled models (the tiny Qwen3 and the tiny hybrid
+Qwen3.5, CPU backend).
 
 The KV pool holds one request at full length (128 tokens in 8 blocks of 16), and four
 requests that each grow to 118 tokens run at once: the pool runs dry while they decode,
@@ -33,17 +34,22 @@ PROMPT_LENGTHS = (9, 12, 14, 17)
 MAX_TOKENS = 101  # 17 + 101 - 1 = 117 positions: 8 blocks, the whole pool
 
 
-@pytest.fixture(scope="module", params=["f16", "int8"])
-def small_pool_model(request: pytest.FixtureRequest, qwen3_model) -> Path:
+@pytest.fixture(scope="module", params=[("qwen3_model", "f16"), ("qwen3_model", "int8"),
+                                        ("qwen35_model", "f32")],
+                ids=["qwen3-f16", "qwen3-int8", "qwen35-hybrid-f32"])
+def small_pool_model(request: pytest.FixtureRequest) -> Path:
+    """The tiny Qwen3 with compact KV formats, and the tiny hybrid Qwen3.5, whose
+    preempted sequences must also rebuild their recurrent state from their tokens."""
     from conftest import TEST_MODELS
     from ninfer.pipeline import CompileOptions, compile_model
 
-    out = TEST_MODELS / f"qwen3-tiny-kv{request.param}-pool128-cpu"
-    compile_model(CompileOptions(model_dir=qwen3_model.checkpoint, target="cpu", out_dir=out,
-                                 model_id="qwen3-tiny", max_context=CONTEXT,
+    fixture, kv = request.param
+    model = request.getfixturevalue(fixture)
+    out = TEST_MODELS / f"{model.name}-kv{kv}-pool128-cpu"
+    compile_model(CompileOptions(model_dir=model.checkpoint, target="cpu", out_dir=out,
+                                 model_id=model.name, max_context=CONTEXT,
                                  prefill_chunk=16, max_concurrency=4,
-                                 kv_capacity=CONTEXT, kv_dtype=request.param,
-                                 python_module=False))
+                                 kv_capacity=CONTEXT, kv_dtype=kv, python_module=False))
     return out
 
 

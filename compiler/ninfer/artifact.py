@@ -87,10 +87,10 @@ def pending_tensors(model: FrontendModel, plan: Plan) -> list[PendingTensor]:
 
 
 def _rope_tensors(graph: ModelGraph, ctx: int) -> list[PendingTensor]:
-    cfg = graph.config
-    half = (ctx, cfg.head_dim // 2)
-    return [PendingTensor("rope_cos", half, lambda: rope_tables(cfg.rope, cfg.head_dim, ctx)[0]),
-            PendingTensor("rope_sin", half, lambda: rope_tables(cfg.rope, cfg.head_dim, ctx)[1])]
+    rope, dims = graph.config.rope, graph.rope_dims
+    half = (ctx, dims // 2)
+    return [PendingTensor("rope_cos", half, lambda: rope_tables(rope, dims, ctx)[0]),
+            PendingTensor("rope_sin", half, lambda: rope_tables(rope, dims, ctx)[1])]
 
 
 def _packed_tensors(w: WeightSpec, wdtype: str, layout: str, load: Callable[[], np.ndarray]

@@ -147,10 +147,14 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
     mem, kv = report.plan.memory, report.plan.kv
     console.print(f"  memory plan: weights {mem.weights_bytes / 2**20:.1f} MiB, "
                   f"KV {mem.kv_bytes / 2**20:.1f} MiB, activations "
-                  f"{mem.activation_bytes / 2**20:.1f} MiB")
+                  f"{mem.activation_bytes / 2**20:.1f} MiB"
+                  + (f", recurrent state {mem.state_bytes / 2**20:.1f} MiB "
+                     f"({limits.max_concurrency} slots)" if mem.state_bytes else ""))
     console.print(f"  KV pool: {kv.tokens} tokens in {kv.blocks - 1} blocks of "
                   f"{kv.block_size} ({kv.dtype}, {kv.bytes_per_token} B per token)")
-    console.print("  memory left after weights, activations and workspace holds: " + ", ".join(
+    spent = ("weights, activations, workspace and state" if mem.state_bytes
+             else "weights, activations and workspace")
+    console.print(f"  memory left after {spent} holds: " + ", ".join(
         f"{fmt} {tokens}" for fmt, _, tokens in kv.memory_tokens) + " tokens")
     if no_build:
         console.print(f"[green]generated[/green] {result.out_dir / 'src'} (not built)")

@@ -129,7 +129,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
                            tuple((s.name(), s.family) for s in plan.unique_kernels()),
                            tuple(str(p.relative_to(out_dir)) for p in tree.files),
                            launches, stage.seconds,
-                           (*((weights_note,) if weights_note else ()),
+                           (*((weights_note,) if weights_note else ()), *model.notes,
                             *opts.limit_notes(positions),
                             *(() if opts.build else (
                                 "--no-build: sources in src/, not built; the chat-template "

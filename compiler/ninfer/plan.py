@@ -11,16 +11,22 @@ from typing import Any, Literal
 import numpy as np
 
 from ninfer.frontend.graph import ModelGraph, WeightSpec
+from ninfer.frontend.hybrid import HybridTraits
 from ninfer.kernels.spec import (
     AddSpec,
     AttentionSpec,
     EmbeddingSpec,
+    GdnConvSpec,
+    GdnGateSpec,
+    GdnNormSpec,
+    GdnRecurrentSpec,
     KernelSpec,
     KvStoreSpec,
     MatmulSpec,
     RMSNormSpec,
     RopeSpec,
     SamplerSpec,
+    SigmoidGateSpec,
     SiluMulSpec,
 )
 from ninfer.quantize.kv_formats import (
@@ -37,7 +43,9 @@ class PlanError(ValueError):
     """The requested serve limits do not fit the model on the target."""
 
 
-MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head")
+MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head",
+                # hybrid models: the attention's output gate, the Gated DeltaNet projections
+                "q_gate", "gdn_qkv", "gdn_z", "gdn_ba", "gdn_out")
 # Device sampler (CUDA): logit edits per sequence beyond its distinct context tokens (the
 # penalties' tokens): logit_bias entries and min_tokens' stop ids.
 SAMPLER_EXTRA_EDITS = 1024
@@ -144,10 +152,14 @@ class MemoryPlan:
     activation_bytes: int
     workspace_bytes: int
     budget_bytes: int
+    # hybrid models: the recurrent state of every sequence slot (conv and SSM state of
+    # each Gated DeltaNet layer, float32)
+    state_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes + self.activation_bytes + self.workspace_bytes
+        return (self.weights_bytes + self.kv_bytes + self.activation_bytes
+                + self.workspace_bytes + self.state_bytes)
 
 
 @dataclass(frozen=True)
@@ -175,8 +187,13 @@ class Plan:
                    "bytes_per_token": self.kv.bytes_per_token,
                    "memory_tokens": {f: {"bytes_per_token": b, "tokens": t}
                                      for f, b, t in self.kv.memory_tokens}},
-            "weights": {role: self.weights.of(role) for role in MATMUL_ROLES},
+            "weights": {role: self.weights.of(role) for role in self.matmul_roles},
         }
+
+    @property
+    def matmul_roles(self) -> tuple[str, ...]:
+        """The matmul roles this model has (MATMUL_ROLES order)."""
+        return tuple(r for r in MATMUL_ROLES if f"{r}_gemv" in self.kernels)
 
 
 def matmul_role(w: WeightSpec) -> str | None:
@@ -231,13 +248,29 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     q_dim, kv_dim = cfg.num_heads * d, cfg.num_kv_heads * d
     bias = graph.traits.qkv_bias
 
+    hybrid = graph.traits if isinstance(graph.traits, HybridTraits) else None
+    if hybrid and target.is_cuda:
+        raise PlanError(f"{cfg.architecture} is a hybrid (Gated DeltaNet) model; its kernels "
+                        f"exist for the cpu target only so far, not for {target.name}")
+    attn_layers = len(hybrid.attention_layers) if hybrid else cfg.num_layers
+    rotary = graph.rope_dims
+
     # Activation buffers, in floats per token row (sized for the largest step).
     buffers = {"x": h, "res": h, "h": h, "q": q_dim, "qr": q_dim, "k": kv_dim, "kn": kv_dim,
                "kr": kv_dim, "v": kv_dim, "att": q_dim, "o": h, "gu": 2 * inter,
                "act": inter}
     chunk, conc = limits.prefill_chunk, limits.max_concurrency
+    state_bytes = 0
+    if hybrid:
+        buffers |= {"qgate": q_dim, "gdn_in": hybrid.conv_dim, "gdn_mixed": hybrid.conv_dim,
+                    "gdn_z": hybrid.value_width, "gdn_ba": 2 * hybrid.v_heads,
+                    "gdn_gb": 2 * hybrid.v_heads, "gdn_o": hybrid.value_width,
+                    "gdn_y": hybrid.value_width}
+        state_bytes = 4 * conc * len(hybrid.linear_layers) * (
+            (hybrid.conv_kernel - 1) * hybrid.conv_dim
+            + hybrid.v_heads * hybrid.k_dim * hybrid.v_dim)
     weights_bytes = sum(weight_bytes(w, weights, target) for w in graph.weights)
-    weights_bytes += 2 * 4 * limits.max_context * (d // 2)  # rope tables
+    weights_bytes += 2 * 4 * limits.max_context * (rotary // 2)  # rope tables
     activation_bytes = 4 * (chunk * sum(buffers.values()) + conc * (h + v))
     sampler = (SamplerSpec(v, conc, conc * min(v, limits.max_context + SAMPLER_EXTRA_EDITS),
                            SAMPLER_TOP_LOGPROBS) if target.is_cuda else None)
@@ -246,8 +279,9 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     workspace_bytes = 64 << 20
     bs = limits.kv_block_size
     kvd = limits.kv_dtype
-    block_bytes = 2 * cfg.num_layers * bs * pool_bytes_per_row(kvd, cfg.num_kv_heads, d)
-    left = target.memory_bytes - weights_bytes - activation_bytes - workspace_bytes
+    block_bytes = 2 * attn_layers * bs * pool_bytes_per_row(kvd, cfg.num_kv_heads, d)
+    left = (target.memory_bytes - weights_bytes - activation_bytes - workspace_bytes
+            - state_bytes)
     if limits.kv_capacity:
         blocks = -(-limits.kv_capacity // bs) + 1
     else:  # auto: every slot at full context, or what the memory left holds
@@ -258,17 +292,20 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         raise PlanError(
             f"the model does not fit {target.name}'s memory budget of "
             f"{_size(target.memory_bytes)}: weights {_size(weights_bytes)} + activations "
-            f"{_size(activation_bytes)} + workspace {_size(workspace_bytes)} leave "
+            f"{_size(activation_bytes)} + workspace {_size(workspace_bytes)}"
+            + (f" + recurrent state {_size(state_bytes)} ({conc} slots)" if state_bytes else "")
+            + " leave "
             f"{_size(max(0, left))} for the KV cache, which needs {_size(kv_need)} for "
             f"{max(blocks, need) - 1} blocks of {bs} tokens ({block_bytes} B each in {kvd}; "
             f"at least one sequence of {limits.max_context} tokens); lower --max-context or "
             "--kv-capacity, pick a smaller --kv-dtype, or raise --memory-gib")
-    per_token = {f: 2 * cfg.num_layers * pool_bytes_per_row(f, cfg.num_kv_heads, d)
+    per_token = {f: 2 * attn_layers * pool_bytes_per_row(f, cfg.num_kv_heads, d)
                  for f in KV_DTYPES if _suits(f, d)}
     kv = KvPlan(bs, blocks, block_bytes, kvd,
                 tuple((f, b, max(0, left) // (b * bs) * bs) for f, b in per_token.items()))
     memory = MemoryPlan(weights_bytes, blocks * block_bytes, activation_bytes,
-                        workspace_bytes=workspace_bytes, budget_bytes=target.memory_bytes)
+                        workspace_bytes=workspace_bytes, budget_bytes=target.memory_bytes,
+                        state_bytes=state_bytes)
 
     def _matmul(k: int, n: int, b: bool, schedule: Literal["gemv", "gemm"], role: str
                 ) -> MatmulSpec:
@@ -281,8 +318,8 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         "embed": EmbeddingSpec(v, h),
         "norm": RMSNormSpec(h, cfg.rms_norm_eps),
         "head_norm": RMSNormSpec(d, cfg.rms_norm_eps),
-        "rope_q": RopeSpec(cfg.num_heads, d, limits.max_context),
-        "rope_k": RopeSpec(cfg.num_kv_heads, d, limits.max_context),
+        "rope_q": RopeSpec(cfg.num_heads, d, limits.max_context, rotary % d),
+        "rope_k": RopeSpec(cfg.num_kv_heads, d, limits.max_context, rotary % d),
         "kv_store_k": KvStoreSpec(kv_dim, blocks * bs, kvd, d, rot),
         "kv_store_v": KvStoreSpec(kv_dim, blocks * bs, kvd, d),
         "attention": AttentionSpec(cfg.num_heads, cfg.num_kv_heads, d, limits.max_context, bs,
@@ -303,6 +340,20 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         kernels[f"{role}_gemm"] = _matmul(k, n, b, "gemm", role)
     if not graph.traits.qk_norm:
         del kernels["head_norm"]
+    if hybrid:
+        t = hybrid
+        kernels |= {
+            "attn_gate": SigmoidGateSpec(q_dim),
+            "gdn_conv": GdnConvSpec(t.conv_dim, t.conv_kernel, conc),
+            "gdn_gate": GdnGateSpec(t.v_heads),
+            "gdn_recurrent": GdnRecurrentSpec(t.k_heads, t.v_heads, t.k_dim, t.v_dim, conc),
+            "gdn_norm": GdnNormSpec(t.v_heads, t.v_dim, cfg.rms_norm_eps),
+        }
+        for role, k, n in (("q_gate", h, q_dim), ("gdn_qkv", h, t.conv_dim),
+                           ("gdn_z", h, t.value_width), ("gdn_ba", h, 2 * t.v_heads),
+                           ("gdn_out", t.value_width, h)):
+            kernels[f"{role}_gemv"] = _matmul(k, n, False, "gemv", role)
+            kernels[f"{role}_gemm"] = _matmul(k, n, False, "gemm", role)
 
     # Vectorized kernels assume every row of a buffer or of the KV pool starts 64-byte
     # aligned like the buffer base.

@@ -63,6 +63,7 @@ SchedulerConfig scheduler_config(const ModelInfo& info, const EngineOptions& o) 
   c.kv_blocks = info.kv_blocks;
   c.block_size = info.kv_block_size;
   c.blocks_per_seq = info.blocks_per_seq;
+  c.share_prompt_blocks = info.state_slots == 0;
   if (c.prefill_chunk > info.prefill_chunk)
     throw std::logic_error("engine options: prefill chunk " + std::to_string(c.prefill_chunk) +
                            " above the compiled " + std::to_string(info.prefill_chunk));
@@ -138,6 +139,8 @@ void Engine::publish() {
   if (metrics_) {
     metrics_->set_requests(running, waiting + incoming);
     metrics_->set_kv_blocks(sched_.kv().used(), sched_.kv().total());
+    if (model_.info().state_slots > 0)
+      metrics_->set_state_slots(running, model_.info().state_slots);
   }
 }
 

@@ -189,7 +189,8 @@ StepPlan Scheduler::plan(int prefill_limit) {
     const int n = static_cast<int>(s->tokens.size());
     // Each fork shares the blocks before the one holding the prompt's last position and
     // gets blocks of its own for the rest.
-    const int shared_blocks = s->forks.empty() ? 0 : (n - 1) / config_.block_size;
+    const int shared_blocks =
+        s->forks.empty() || !config_.share_prompt_blocks ? 0 : (n - 1) / config_.block_size;
     const int own = kv_.blocks_for(n) - shared_blocks;
     const int need = kv_.blocks_for(n) + static_cast<int>(s->forks.size()) * own;
     // Blocks the running sequences need for their next token: admitting into those

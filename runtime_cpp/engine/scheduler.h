@@ -71,6 +71,9 @@ struct SchedulerConfig {
   int kv_blocks = 2;        // pool size, block 0 reserved
   int block_size = 1;
   int blocks_per_seq = 1;  // block-table width
+  // n > 1: the choices share the prompt's KV blocks (one prefill). Off for models with
+  // recurrent state (ModelInfo::state_slots), whose choices each prefill their prompt.
+  bool share_prompt_blocks = true;
 };
 
 class Scheduler {

@@ -34,6 +34,11 @@ struct ModelInfo {
   int blocks_per_seq = 0;         // block-table width: max_context / kv_block_size
   size_t kv_bytes_per_block = 0;  // all layers, keys and values
   std::string kv_dtype = "f32";   // KV-cache format (ninfer.kv_formats)
+  // Recurrent-state slots (hybrid models: the Gated DeltaNet conv and SSM state of every
+  // sequence slot, max_concurrency of them; 0 for a model without recurrent state). A
+  // sequence's state lives in its slot and starts from zeros at position 0, so a model
+  // with state cannot continue a sequence from KV blocks another sequence computed.
+  int state_slots = 0;
 };
 
 // One step. Rows of one sequence should be contiguous with consecutive positions.

@@ -136,6 +136,25 @@ void Metrics::set_kv_blocks(int used, int total) {
   family("ninfer:kv_cache_usage_perc").values[""] = total > 0 ? double(used) / total : 0.0;
 }
 
+void Metrics::set_state_slots(int used, int total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const char* name : {"ninfer:state_slots_used", "ninfer:state_slots_total"}) {
+    bool known = false;
+    for (const Family& f : families_) known = known || f.name == name;
+    if (!known) {
+      Family f;
+      f.name = name;
+      f.type = "gauge";
+      f.help = std::string(name) == "ninfer:state_slots_used"
+                   ? "Recurrent-state slots (Gated DeltaNet conv and SSM state) in use."
+                   : "Recurrent-state slots of the compiled model (one per sequence slot).";
+      families_.push_back(std::move(f));
+    }
+  }
+  family("ninfer:state_slots_used").values[""] = used;
+  family("ninfer:state_slots_total").values[""] = total;
+}
+
 void Metrics::add_prompt_tokens(int n) { add("ninfer:prompt_tokens_total", "", n); }
 void Metrics::add_generation_tokens(int n) { add("ninfer:generation_tokens_total", "", n); }
 void Metrics::add_preemptions(int n) { add("ninfer:num_preemptions_total", "", n); }

@@ -38,6 +38,8 @@ class Metrics {
 
   void set_requests(int running, int waiting);
   void set_kv_blocks(int used, int total);
+  // Recurrent-state slots in use / in all (hybrid models; absent from /metrics otherwise).
+  void set_state_slots(int used, int total);
   void add_prompt_tokens(int n);
   void add_generation_tokens(int n);
   void add_preemptions(int n);

@@ -240,6 +240,9 @@ int run(int argc, char** argv) {
         engine.info().kv_block_size, engine.info().kv_dtype.c_str(),
         opt.max_pending_requests > 0 ? ("up to " + std::to_string(opt.max_pending_requests)).c_str()
                                      : "unbounded");
+    if (engine.info().state_slots > 0)
+      std::printf("ninfer-server: recurrent state (Gated DeltaNet) in %d slots\n",
+                  engine.info().state_slots);
     std::printf("ninfer-server ready\n");
     std::fflush(stdout);
   }

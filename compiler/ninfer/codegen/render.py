@@ -15,8 +15,9 @@ import tvm_ffi
 from ninfer.codegen.backend import Backend
 from ninfer.codegen.stubs import kv_parts, make_stub, weight_parts
 from ninfer.frontend.graph import ModelGraph
+from ninfer.frontend.hybrid import LINEAR, HybridTraits
 from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
-from ninfer.plan import MATMUL_ROLES, Plan
+from ninfer.plan import Plan
 from ninfer.targets import Target
 
 # (template, generated file) pairs per backend: the step program and stub declarations
@@ -74,6 +75,7 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
     env = _environment()
     src_dir.mkdir(parents=True, exist_ok=True)
     kernels = {role: spec.name() for role, spec in plan.kernels.items()}
+    hybrid = graph.traits if isinstance(graph.traits, HybridTraits) else None
     stubs = [make_stub(spec) for spec in sorted(plan.unique_kernels(), key=lambda s: s.name())]
     context = {
         "model_id": model_id,
@@ -87,7 +89,12 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "kernels": kernels,
         "plan_kernels": plan.kernels,
         "wparts": {role: weight_parts(role, plan.kernels[f"{role}_gemv"])
-                   for role in MATMUL_ROLES},
+                   for role in plan.matmul_roles},
+        "layer_roles": [r for r in plan.matmul_roles if r != "lm_head"],
+        "hybrid": hybrid,
+        "linear_flags": ["true" if t == LINEAR else "false"
+                         for t in (hybrid.layer_types if hybrid else ())],
+        "rope_dims": graph.rope_dims,
         "kvparts": kv_parts(plan.kernels["attention"]),
         "stubs": stubs,
         "buffers": plan.buffers,

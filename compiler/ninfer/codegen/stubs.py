@@ -22,6 +22,8 @@ _DLTYPES = {"float32": "cpu::f32()", "int32": "cpu::i32()", "float16": "cpu::f16
 
 
 
+# Arguments a kernel reads and writes in place (the GDN kernels' per-slot states).
+IN_PLACE_ARGS = ("state", "conv_state")
 CPU_MAX_ARGS = 12  # KernelArgs::kMaxArgs in runtime_cpp/backend/cpu/cpu_backend.h
 
 
@@ -121,7 +123,8 @@ def make_stub(spec: KernelSpec) -> KernelStub:
         params.append(StubParam(
             name=arg.name, kind=arg.kind, ctype=_CTYPES[arg.dtype],
             dltype=_DLTYPES.get(arg.dtype, ""), shape=shape,
-            output=arg.name == "out" or arg.name.startswith("out_")))
+            output=(arg.name == "out" or arg.name.startswith("out_")
+                    or arg.name in IN_PLACE_ARGS)))
     if len(params) + rows > CPU_MAX_ARGS:
         raise ValueError(f"{spec.name()} takes {len(params) + rows} arguments; the CPU "
                          "launcher (runtime_cpp/backend/cpu/cpu_backend.h KernelArgs) holds "

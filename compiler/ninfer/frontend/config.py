@@ -29,6 +29,8 @@ class RopeConfig:
     beta_slow: float = 1.0
     truncate: bool = True
     attention_factor: float = 1.0
+    # the fraction of each head that is rotated (Qwen3.5's partial_rotary_factor)
+    partial_factor: float = 1.0
 
     @classmethod
     def from_hf(cls, cfg: dict[str, Any]) -> RopeConfig:
@@ -43,9 +45,15 @@ class RopeConfig:
             raise FrontendError(
                 f"config.json: rope type '{kind}' is not supported (supported: "
                 f"{', '.join(ROPE_KINDS)})")
+        partial = float(merged.get("partial_rotary_factor",
+                                   cfg.get("partial_rotary_factor", 1.0)))
+        if not 0 < partial <= 1:
+            raise FrontendError(f"config.json: partial_rotary_factor {partial} must be in (0, 1]")
         if kind == "yarn":
-            return cls._yarn(float(theta), merged, cfg)
+            return dataclasses.replace(cls._yarn(float(theta), merged, cfg),
+                                       partial_factor=partial)
         return cls(
+            partial_factor=partial,
             theta=float(theta),
             kind=kind,
             factor=float(merged.get("factor", 1.0)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -22,15 +23,23 @@ class WeightSpec:
     name: str
     shape: tuple[int, ...]
     sources: tuple[str, ...]
-    role: str  # embedding | norm | linear | bias | lm_head
+    role: str  # embedding | norm | linear | bias | lm_head | param (f32, no matmul)
+    transform: str = ""  # how the sources become this tensor (the traits' transform)
 
 
 @dataclass(frozen=True)
 class DenseBlockTraits:
     """What distinguishes dense Llama-family decoders from each other."""
 
+    family: ClassVar[str] = "dense"
     qk_norm: bool  # Qwen3: RMSNorm over each q/k head before RoPE
     qkv_bias: bool  # Qwen2: bias on q, k and v projections
+    rotary: int = 0  # rotated dims per head (partial rotary); 0: the whole head
+
+    def transform(self, transform: str, parts: list[np.ndarray],
+                  config: ModelConfig) -> np.ndarray:
+        """A WeightSpec.transform over its loaded sources (a dense decoder has none)."""
+        raise ValueError(f"unknown weight transform {transform!r}")
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,12 @@ class ModelGraph:
 
     @property
     def family(self) -> str:
-        return "dense"
+        return self.traits.family
+
+    @property
+    def rope_dims(self) -> int:
+        """Rotated dims per attention head: the rope tables hold half as many columns."""
+        return self.traits.rotary or self.config.head_dim
 
     def weight(self, name: str) -> WeightSpec:
         for w in self.weights:
@@ -51,6 +65,14 @@ class ModelGraph:
 
     def load_weight(self, ckpt: Checkpoint, spec: WeightSpec) -> np.ndarray:
         parts = [ckpt.load(src) for src in spec.sources]
+        if spec.transform:
+            out = np.ascontiguousarray(
+                self.traits.transform(spec.transform, parts, self.config), dtype=np.float32)
+            if out.shape != spec.shape:
+                raise FrontendError(f"{spec.name}: tensor(s) {', '.join(spec.sources)} of "
+                                    f"shape(s) {', '.join(str(p.shape) for p in parts)} give "
+                                    f"{out.shape}, expected {spec.shape}")
+            return out
         for src, part in zip(spec.sources, parts, strict=True):
             expected = spec.shape if len(parts) == 1 else (None, *spec.shape[1:])
             if any(e is not None and e != s for e, s in zip(expected, part.shape, strict=True)):

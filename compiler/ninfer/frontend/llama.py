@@ -1,4 +1,5 @@
-"""Dense Llama-family decoders: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
+"""Dense Llama-family decoders: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM (and
+the dispatch to the hybrid ones, frontend.hybrid).
 
 All three are pre-norm GQA decoders with RoPE and a SwiGLU MLP; they differ only in the
 traits below. The Hugging Face weight-name mapping is data.
@@ -7,8 +8,14 @@ traits below. The Hugging Face weight-name mapping is data.
 from __future__ import annotations
 
 from ninfer.frontend.checkpoint import Checkpoint
-from ninfer.frontend.config import FrontendError, ModelConfig
+from ninfer.frontend.config import FrontendError
 from ninfer.frontend.graph import DenseBlockTraits, ModelGraph, dense_decoder_weights
+from ninfer.frontend.hybrid import (
+    HYBRID_ARCHITECTURES,
+    hybrid_traits,
+    hybrid_weights,
+    text_prefix,
+)
 
 HF_NAMES = {
     "embed": "model.embed_tokens.weight",
@@ -38,43 +45,31 @@ ARCHITECTURES = {
 }
 
 
-# Hybrid linear-attention models (issue 15): recognised, not compiled yet.
-HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
-                        "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration",
-                        "Qwen3NextForCausalLM")
-
-
-def _hybrid_refusal(cfg: ModelConfig) -> str:
-    """What a hybrid checkpoint is, and that it is not compiled yet."""
-    types = cfg.extra.get("layer_types")
-    if not types:
-        every = int(cfg.extra.get("full_attention_interval", 4))
-        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
-                 for i in range(cfg.num_layers)]
-    linear = sum(t == "linear_attention" for t in types)
-    moe = f", {cfg.extra['num_experts']} experts" if cfg.extra.get("num_experts") else ""
-    return (f"architecture '{cfg.architecture}' is a hybrid model ({linear} Gated DeltaNet "
-            f"and {len(types) - linear} gated full-attention layers{moe}); ninfer does not "
-            "compile hybrid models yet (supported: "
-            f"{', '.join(sorted(ARCHITECTURES))})")
-
-
 def build_graph(ckpt: Checkpoint) -> ModelGraph:
     cfg = ckpt.config
     if cfg.architecture in HYBRID_ARCHITECTURES:
-        raise FrontendError(_hybrid_refusal(cfg))
+        hybrid = hybrid_traits(cfg)
+        return _checked(ckpt, ModelGraph(cfg, hybrid, tuple(
+            hybrid_weights(cfg, hybrid, text_prefix(ckpt)))))
     make_traits = ARCHITECTURES.get(cfg.architecture)
     if make_traits is None:
         raise FrontendError(
             f"architecture '{cfg.architecture}' is not supported "
-            f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+            f"(supported: {', '.join(sorted((*ARCHITECTURES, *HYBRID_ARCHITECTURES)))})")
     if cfg.architecture == "MistralForCausalLM" and cfg.extra.get("sliding_window"):
         raise FrontendError("MistralForCausalLM with sliding_window attention is not supported")
     if cfg.attention_bias and cfg.architecture in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
         # There attention_bias also adds a bias to o_proj, which our block lacks.
         raise FrontendError(f"{cfg.architecture} with attention_bias=true is not supported")
+    if cfg.rope.partial_factor != 1.0:
+        raise FrontendError(f"{cfg.architecture} with partial_rotary_factor "
+                            f"{cfg.rope.partial_factor} is not supported (it rotates whole heads)")
     traits = make_traits(cfg)
-    graph = ModelGraph(cfg, traits, tuple(dense_decoder_weights(cfg, traits, HF_NAMES)))
+    return _checked(ckpt, ModelGraph(cfg, traits,
+                                     tuple(dense_decoder_weights(cfg, traits, HF_NAMES))))
+
+
+def _checked(ckpt: Checkpoint, graph: ModelGraph) -> ModelGraph:
     missing = sorted({s for w in graph.weights for s in w.sources} - set(ckpt.tensors))
     if missing:
         shown = ", ".join(missing[:5]) + (f" (+{len(missing) - 5} more)" if len(missing) > 5

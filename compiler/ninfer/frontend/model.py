@@ -9,6 +9,7 @@ from typing import Any
 from ninfer.frontend.chat_template import ChatTemplate
 from ninfer.frontend.checkpoint import Checkpoint, open_checkpoint
 from ninfer.frontend.graph import ModelGraph
+from ninfer.frontend.hybrid import skipped_tensor_notes
 from ninfer.frontend.llama import build_graph
 from ninfer.frontend.tokenizer import TokenizerInfo, tokenizer_info
 
@@ -22,6 +23,7 @@ class FrontendModel:
     graph: ModelGraph
     tokenizer: TokenizerInfo
     chat_templates: tuple[ChatTemplate, ...]
+    notes: tuple[str, ...] = ()  # what of the checkpoint is not compiled, and why
 
     def native_weight_format(self) -> str:
         """The weight format that stores the checkpoint's matmul weights as they are:
@@ -48,4 +50,4 @@ def read_model(model_dir: Path, chat_template: Path | None = None) -> FrontendMo
     templates = tok.chat_templates
     if chat_template is not None:
         templates = (ChatTemplate("default", chat_template.read_text()),)
-    return FrontendModel(ckpt, graph, tok, templates)
+    return FrontendModel(ckpt, graph, tok, templates, skipped_tensor_notes(ckpt))

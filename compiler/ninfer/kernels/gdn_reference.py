@@ -33,6 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ninfer.frontend.hybrid import split_gated_query as split_gated_query  # re-exported
+from ninfer.frontend.hybrid import split_qkvz
+
 EPS_L2 = 1e-6
 
 
@@ -199,27 +202,9 @@ def gdn_layer(x: np.ndarray, w: dict[str, np.ndarray], d: GdnDims, state: GdnSta
 
 def split_fused_projections(qkvz: np.ndarray, ba: np.ndarray,
                             d: GdnDims) -> dict[str, np.ndarray]:
-    """Qwen3-Next's `in_proj_qkvz` [Hk * (2 dk + 2 r dv), hidden] and `in_proj_ba`
-    [Hk * 2r, hidden] (rows grouped per key head: q, k, v, z and b, a, r = Hv / Hk) as
-    Qwen3.5's `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`."""
-    r = d.v_heads // d.k_heads
-    per = 2 * d.k_dim + 2 * r * d.v_dim
-    if qkvz.shape[0] != d.k_heads * per or ba.shape[0] != d.k_heads * 2 * r:
-        raise ValueError(f"in_proj_qkvz {qkvz.shape} / in_proj_ba {ba.shape} do not match "
-                         f"{d.k_heads} key heads of {per} and {2 * r} rows")
-    g = qkvz.reshape(d.k_heads, per, -1)
-    q, k = g[:, :d.k_dim], g[:, d.k_dim:2 * d.k_dim]
-    v = g[:, 2 * d.k_dim:2 * d.k_dim + r * d.v_dim]
-    z = g[:, 2 * d.k_dim + r * d.v_dim:]
-    gb = ba.reshape(d.k_heads, 2 * r, -1)
-    hidden = qkvz.shape[1]
-    return {
-        "in_proj_qkv": np.concatenate([q.reshape(-1, hidden), k.reshape(-1, hidden),
-                                       v.reshape(-1, hidden)]),
-        "in_proj_z": z.reshape(-1, hidden),
-        "in_proj_b": gb[:, :r].reshape(-1, hidden),
-        "in_proj_a": gb[:, r:].reshape(-1, hidden),
-    }
+    """Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba` as Qwen3.5's four projections
+    (the frontend's own regrouping, frontend.hybrid.split_qkvz)."""
+    return split_qkvz(qkvz, ba, d.k_heads, d.v_heads, d.k_dim, d.v_dim)
 
 
 # ---- whole dense hybrid model (Qwen3.5 text): the parity reference of the frontend ----
@@ -368,15 +353,3 @@ def hybrid_logits(cfg: dict, weights: dict[str, np.ndarray], ids: np.ndarray) ->
     h = zero_centred_rmsnorm(h, weights["norm.weight"], eps)
     head = weights.get("lm_head.weight", weights["embed_tokens.weight"])
     return h @ _f64(head).T
-
-
-def split_gated_query(q_proj: np.ndarray, heads: int, head_dim: int) -> tuple[np.ndarray,
-                                                                                 np.ndarray]:
-    """Qwen3.5's gated-attention `q_proj` [heads * 2 * head_dim, hidden] (per head: query
-    rows, then gate rows) as (query [heads * head_dim, hidden], gate [same]): two matmuls
-    whose outputs are contiguous, for the rope and SigmoidGateSpec kernels."""
-    if q_proj.shape[0] != heads * 2 * head_dim:
-        raise ValueError(f"q_proj has {q_proj.shape[0]} rows, not {heads} heads x 2 x "
-                         f"{head_dim}")
-    per = q_proj.reshape(heads, 2, head_dim, -1)
-    return per[:, 0].reshape(heads * head_dim, -1), per[:, 1].reshape(heads * head_dim, -1)

@@ -1,0 +1,283 @@
+"""Hybrid linear-attention decoders: Qwen3.5 (dense, and its multimodal twin's text model)
+and Qwen3-Next, dense MLPs.
+
+Layers are Gated DeltaNet (`linear_attention`) or gated full attention (`full_attention`)
+per `layer_types` (else every `full_attention_interval`-th layer is full attention). What
+the step program computes, per layer kind (the float64 reference is
+kernels.gdn_reference.hybrid_logits):
+
+- GDN: [q|k|v] = in_proj_qkv(h), z = in_proj_z(h), [b|a] = in_proj_ba(h); SiLU(causal
+  conv1d) over [q|k|v] with a carried state; the gates; the delta rule over a per-sequence
+  state; the gated RMSNorm by z; out_proj.
+- Full attention: q_proj holds query and output gate interleaved per head, split here into
+  `q` and `q_gate` matmuls; zero-centred q/k norms; partial rotary; the attention output
+  times sigmoid(gate) before o_proj.
+
+Every RMSNorm but the GDN output norm is zero-centred (x / rms(x) * (1 + w)): the `1 + w`
+is folded into the stored weight at load, in float32 as transformers computes it, so the
+step program's RMSNorm kernel serves both. Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba`
+(rows grouped per key head) are regrouped at load into the same [q|k|v], z and [b|a].
+
+Weight-name mapping is data; a checkpoint of the multimodal class keeps its text model
+under `model.language_model.` and its vision tower (skipped, with a notice) under
+`model.visual.`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ninfer.frontend.checkpoint import Checkpoint
+from ninfer.frontend.config import FrontendError, ModelConfig
+from ninfer.frontend.graph import DenseBlockTraits, WeightSpec
+
+HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
+                        "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+                        "Qwen3NextForCausalLM")
+LINEAR, FULL = "linear_attention", "full_attention"
+
+
+@dataclass(frozen=True)
+class HybridTraits(DenseBlockTraits):
+    """A hybrid decoder's layer kinds and Gated DeltaNet shapes (the attention layers'
+    q/k norms are always on, their projections without bias)."""
+
+    layer_types: tuple[str, ...] = ()
+    k_heads: int = 0  # linear_num_key_heads
+    v_heads: int = 0  # linear_num_value_heads
+    k_dim: int = 0  # linear_key_head_dim
+    v_dim: int = 0  # linear_value_head_dim
+    conv_kernel: int = 0  # linear_conv_kernel_dim
+    fused_projections: bool = False  # Qwen3-Next: in_proj_qkvz / in_proj_ba
+
+    family: ClassVar[str] = "hybrid"
+
+    def transform(self, transform: str, parts: list[np.ndarray],
+                  config: ModelConfig) -> np.ndarray:
+        return transform_weight(transform, parts, config, self)
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the conv: [q | k | v]."""
+        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+
+    @property
+    def value_width(self) -> int:
+        return self.v_heads * self.v_dim
+
+    @property
+    def linear_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.layer_types) if t == LINEAR)
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.layer_types) if t == FULL)
+
+
+def layer_types(cfg: ModelConfig) -> tuple[str, ...]:
+    types = cfg.extra.get("layer_types")
+    if not types:
+        every = int(cfg.extra.get("full_attention_interval", 4))
+        types = [FULL if (i + 1) % every == 0 else LINEAR for i in range(cfg.num_layers)]
+    if len(types) != cfg.num_layers:
+        raise FrontendError(f"config.json: layer_types has {len(types)} entries for "
+                            f"{cfg.num_layers} layers")
+    unknown = sorted(set(types) - {LINEAR, FULL})
+    if unknown:
+        raise FrontendError(f"config.json: layer type(s) {', '.join(unknown)} are not "
+                            f"supported (supported: {LINEAR}, {FULL})")
+    return tuple(types)
+
+
+def _int(cfg: ModelConfig, key: str) -> int:
+    v = cfg.extra.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise FrontendError(f"config.json: '{key}' must be a positive integer, got {v!r}")
+    return v
+
+
+def hybrid_traits(cfg: ModelConfig) -> HybridTraits:
+    types = layer_types(cfg)
+    if cfg.extra.get("num_experts"):
+        sparse = [i for i in range(cfg.num_layers)
+                  if i not in (cfg.extra.get("mlp_only_layers") or [])
+                  and (i + 1) % int(cfg.extra.get("decoder_sparse_step") or 1) == 0]
+        if sparse:
+            raise FrontendError(
+                f"architecture '{cfg.architecture}' has sparse MoE blocks "
+                f"({cfg.extra['num_experts']} experts in {len(sparse)} layers); ninfer "
+                "compiles the dense hybrid models (Gated DeltaNet + gated attention with "
+                "dense MLPs) but not their MoE blocks yet")
+    if cfg.attention_bias:
+        raise FrontendError(f"{cfg.architecture} with attention_bias=true is not supported")
+    factor = cfg.rope.partial_factor
+    rotary = int(cfg.head_dim * factor)
+    if rotary % 2 or not 0 < rotary <= cfg.head_dim:
+        raise FrontendError(f"config.json: partial_rotary_factor {factor} gives {rotary} "
+                            f"rotated dims of head_dim {cfg.head_dim}; it must be an even "
+                            "number in (0, head_dim]")
+    traits = HybridTraits(
+        qk_norm=True, qkv_bias=False, layer_types=types,
+        k_heads=_int(cfg, "linear_num_key_heads"), v_heads=_int(cfg, "linear_num_value_heads"),
+        k_dim=_int(cfg, "linear_key_head_dim"), v_dim=_int(cfg, "linear_value_head_dim"),
+        conv_kernel=_int(cfg, "linear_conv_kernel_dim"), rotary=rotary,
+        fused_projections=cfg.architecture == "Qwen3NextForCausalLM")
+    if traits.v_heads % traits.k_heads:
+        raise FrontendError(f"config.json: linear_num_value_heads {traits.v_heads} is not a "
+                            f"multiple of linear_num_key_heads {traits.k_heads}")
+    if traits.conv_kernel < 2:
+        raise FrontendError(f"config.json: linear_conv_kernel_dim {traits.conv_kernel} must "
+                            "be at least 2")
+    return traits
+
+
+def text_prefix(ckpt: Checkpoint) -> str:
+    """Where the text model's tensors live: `model.` or, in a multimodal checkpoint,
+    `model.language_model.`."""
+    return ("model.language_model." if "model.language_model.embed_tokens.weight"
+            in ckpt.tensors else "model.")
+
+
+def skipped_tensor_notes(ckpt: Checkpoint) -> tuple[str, ...]:
+    """Notices for checkpoint parts that are not compiled: a multimodal checkpoint's vision
+    tower, a multi-token-prediction head."""
+    notes = []
+    vision = [n for n in ckpt.tensors if n.startswith(("model.visual.", "visual."))]
+    if vision:
+        notes.append(f"the vision tower ({len(vision)} tensors under model.visual.) is "
+                     "skipped: ninfer serves the text model")
+    mtp = [n for n in ckpt.tensors if n.startswith("mtp.")]
+    if mtp:
+        notes.append(f"the multi-token-prediction head ({len(mtp)} mtp.* tensors) is not "
+                     "compiled: speculative decoding does not exist yet")
+    return tuple(notes)
+
+
+def hybrid_weights(cfg: ModelConfig, t: HybridTraits, prefix: str) -> list[WeightSpec]:
+    """The weight list of a hybrid decoder. `transform` names how the checkpoint tensors
+    become ours (graph.load_weight): `one_plus` folds a zero-centred norm's 1 + w,
+    `query` / `gate` take the halves of a gated q_proj, `qkv` / `z` / `ba` regroup
+    Qwen3-Next's fused projections, `conv` drops the conv weight's unit axis."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    q_dim, kv_dim, inter = cfg.num_heads * d, cfg.num_kv_heads * d, cfg.intermediate_size
+    P = prefix
+    out = [WeightSpec("embed", (cfg.vocab_size, h), (P + "embed_tokens.weight",), "embedding")]
+    for i, kind in enumerate(t.layer_types):
+        p, src = f"layers.{i}.", f"{P}layers.{i}."
+        out.append(WeightSpec(p + "input_norm", (h,), (src + "input_layernorm.weight",),
+                              "norm", "one_plus"))
+        if kind == LINEAR:
+            la = src + "linear_attn."
+            if t.fused_projections:
+                qkvz, ba = la + "in_proj_qkvz.weight", la + "in_proj_ba.weight"
+                proj = [WeightSpec(p + "gdn_qkv", (t.conv_dim, h), (qkvz,), "linear", "qkv"),
+                        WeightSpec(p + "gdn_z", (t.value_width, h), (qkvz,), "linear", "z"),
+                        WeightSpec(p + "gdn_ba", (2 * t.v_heads, h), (ba,), "linear", "ba")]
+            else:
+                proj = [WeightSpec(p + "gdn_qkv", (t.conv_dim, h), (la + "in_proj_qkv.weight",),
+                                   "linear"),
+                        WeightSpec(p + "gdn_z", (t.value_width, h), (la + "in_proj_z.weight",),
+                                   "linear"),
+                        WeightSpec(p + "gdn_ba", (2 * t.v_heads, h),
+                                   (la + "in_proj_b.weight", la + "in_proj_a.weight"), "linear")]
+            out += [
+                *proj,
+                WeightSpec(p + "gdn_conv", (t.conv_dim, t.conv_kernel), (la + "conv1d.weight",),
+                           "param", "conv"),
+                WeightSpec(p + "gdn_a_log", (t.v_heads,), (la + "A_log",), "param"),
+                WeightSpec(p + "gdn_dt_bias", (t.v_heads,), (la + "dt_bias",), "param"),
+                WeightSpec(p + "gdn_norm", (t.v_dim,), (la + "norm.weight",), "norm"),
+                WeightSpec(p + "gdn_out", (h, t.value_width), (la + "out_proj.weight",),
+                           "linear"),
+            ]
+        else:
+            sa = src + "self_attn."
+            out += [
+                WeightSpec(p + "q", (q_dim, h), (sa + "q_proj.weight",), "linear", "query"),
+                WeightSpec(p + "q_gate", (q_dim, h), (sa + "q_proj.weight",), "linear", "gate"),
+                WeightSpec(p + "k", (kv_dim, h), (sa + "k_proj.weight",), "linear"),
+                WeightSpec(p + "v", (kv_dim, h), (sa + "v_proj.weight",), "linear"),
+                WeightSpec(p + "q_norm", (d,), (sa + "q_norm.weight",), "norm", "one_plus"),
+                WeightSpec(p + "k_norm", (d,), (sa + "k_norm.weight",), "norm", "one_plus"),
+                WeightSpec(p + "o", (h, q_dim), (sa + "o_proj.weight",), "linear"),
+            ]
+        m = src + "mlp."
+        out += [
+            WeightSpec(p + "post_norm", (h,), (src + "post_attention_layernorm.weight",),
+                       "norm", "one_plus"),
+            WeightSpec(p + "gate_up", (2 * inter, h), (m + "gate_proj.weight",
+                                                       m + "up_proj.weight"), "linear"),
+            WeightSpec(p + "down", (h, inter), (m + "down_proj.weight",), "linear"),
+        ]
+    out.append(WeightSpec("final_norm", (h,), (P + "norm.weight",), "norm", "one_plus"))
+    lm_src = P + "embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
+    out.append(WeightSpec("lm_head", (cfg.vocab_size, h), (lm_src,), "lm_head"))
+    return out
+
+
+def split_qkvz(qkvz: np.ndarray, ba: np.ndarray, k_heads: int, v_heads: int, k_dim: int,
+               v_dim: int) -> dict[str, np.ndarray]:
+    """Qwen3-Next's `in_proj_qkvz` [Hk * (2 dk + 2 r dv), hidden] and `in_proj_ba`
+    [Hk * 2r, hidden] (rows grouped per key head: q, k, v, z and b, a; r = Hv / Hk) as
+    Qwen3.5's `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`."""
+    r = v_heads // k_heads
+    per = 2 * k_dim + 2 * r * v_dim
+    if qkvz.shape[0] != k_heads * per or ba.shape[0] != k_heads * 2 * r:
+        raise ValueError(f"in_proj_qkvz {qkvz.shape} / in_proj_ba {ba.shape} do not match "
+                         f"{k_heads} key heads of {per} and {2 * r} rows")
+    g = qkvz.reshape(k_heads, per, -1)
+    q, k = g[:, :k_dim], g[:, k_dim:2 * k_dim]
+    v = g[:, 2 * k_dim:2 * k_dim + r * v_dim]
+    z = g[:, 2 * k_dim + r * v_dim:]
+    gb = ba.reshape(k_heads, 2 * r, -1)
+    hidden = qkvz.shape[1]
+    return {
+        "in_proj_qkv": np.concatenate([q.reshape(-1, hidden), k.reshape(-1, hidden),
+                                       v.reshape(-1, hidden)]),
+        "in_proj_z": z.reshape(-1, hidden),
+        "in_proj_b": gb[:, :r].reshape(-1, hidden),
+        "in_proj_a": gb[:, r:].reshape(-1, hidden),
+    }
+
+
+def split_gated_query(q_proj: np.ndarray, heads: int, head_dim: int) -> tuple[np.ndarray,
+                                                                                 np.ndarray]:
+    """A gated-attention `q_proj` [heads * 2 * head_dim, hidden] (per head: query rows, then
+    gate rows) as (query [heads * head_dim, hidden], gate [same]): two matmuls whose outputs
+    are contiguous, for the rope and SigmoidGateSpec kernels."""
+    if q_proj.shape[0] != heads * 2 * head_dim:
+        raise ValueError(f"q_proj has {q_proj.shape[0]} rows, not {heads} heads x 2 x "
+                         f"{head_dim}")
+    per = q_proj.reshape(heads, 2, head_dim, -1)
+    return per[:, 0].reshape(heads * head_dim, -1), per[:, 1].reshape(heads * head_dim, -1)
+
+
+def transform_weight(transform: str, parts: list[np.ndarray], cfg: ModelConfig,
+                     traits: DenseBlockTraits) -> np.ndarray:
+    """One of hybrid_weights' transforms over the loaded source tensors (float32)."""
+    if transform == "one_plus":
+        return (np.float32(1.0) + parts[0].astype(np.float32)).astype(np.float32)
+    if transform == "conv":
+        return parts[0].reshape(parts[0].shape[0], -1)
+    if transform in ("query", "gate"):
+        q, g = split_gated_query(parts[0], cfg.num_heads, cfg.head_dim)
+        return q if transform == "query" else g
+    if transform in ("qkv", "z", "ba"):
+        assert isinstance(traits, HybridTraits)
+        t = traits
+        r = t.v_heads // t.k_heads
+        if transform == "ba":  # in_proj_ba alone: b, a grouped per key head
+            gb = parts[0].reshape(t.k_heads, 2 * r, -1)
+            return np.concatenate([gb[:, :r].reshape(t.v_heads, -1),
+                                   gb[:, r:].reshape(t.v_heads, -1)])
+        per = 2 * t.k_dim + 2 * r * t.v_dim
+        dummy = np.zeros((t.k_heads * 2 * r, parts[0].shape[1]), parts[0].dtype)
+        if parts[0].shape[0] != t.k_heads * per:
+            raise FrontendError(f"in_proj_qkvz has {parts[0].shape[0]} rows, not "
+                                f"{t.k_heads} key heads x {per}")
+        split = split_qkvz(parts[0], dummy, t.k_heads, t.v_heads, t.k_dim, t.v_dim)
+        return split["in_proj_qkv"] if transform == "qkv" else split["in_proj_z"]
+    raise ValueError(f"unknown weight transform {transform!r}")
