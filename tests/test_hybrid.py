@@ -152,3 +152,50 @@ def test_state_slots_are_freed_by_cancellation_and_reused_from_zero(hybrid):
     together = _together(srv, [_body(ids) for ids in prompts])
     assert [r["choices"][0]["token_ids"] for r in together] == [
         _hf_greedy(model, ids, 32) for ids in prompts]
+
+
+@pytest.fixture(scope="module")
+def quantized_hybrids(qwen35_model):
+    """The tiny Qwen3.5 with q8g32 weights and an int8 KV cache, and with q4g64 weights and
+    an int4 one (the GDN state stays float32 in both)."""
+    from conftest import TEST_MODELS
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    out = {}
+    for weights, kv in (("q8g32", "int8"), ("q4g64", "int4")):
+        d = TEST_MODELS / f"qwen35-tiny-{weights}-kv{kv}-cpu"
+        compile_model(CompileOptions(model_dir=qwen35_model.checkpoint, target="cpu",
+                                     out_dir=d, model_id=f"qwen35-tiny-{weights}-{kv}",
+                                     max_context=256, prefill_chunk=16, weights=weights,
+                                     kv_dtype=kv))
+        out[weights] = d
+    return out
+
+
+def test_quantized_hybrids_plan_their_formats_and_stay_near_f32(qwen35_model,
+                                                                quantized_hybrids):
+    """Every matmul of both layer kinds in the chosen format, the KV cache of the attention
+    layers only; logits near the f32 build's. A random hybrid is chaotic (q8g32 weights
+    alone move its last logits by 3-12% of the largest, the int8 activations as much
+    again; q4g64 by ~100%: near-ties reshuffle), so the q8 bound is loose and catches a
+    wrong layout, not drift; drift bounds on a trained model are test_quantized's."""
+    from ninfer.runtime.engine import load_engine
+
+    report = json.loads((quantized_hybrids["q8g32"] / "compile_report.json").read_text())
+    plan = report["plan"]
+    assert set(plan["weights"]) >= {"gdn_qkv", "gdn_z", "gdn_ba", "gdn_out", "q_gate", "q"}
+    assert set(plan["weights"].values()) == {"q8g32"}
+    assert plan["kv"]["dtype"] == "int8" and plan["memory"]["state_bytes"] == 8 * 3 * 4 * (
+        3 * 256 + 4 * 32 * 32)  # slots x GDN layers x f32 x (conv taps x channels + state)
+    ids = np.random.default_rng(3).integers(0, 2000, 60).tolist()
+    f32 = load_engine(qwen35_model.out_dir, threads=2)
+    q8 = load_engine(quantized_hybrids["q8g32"], threads=2)
+    q4 = load_engine(quantized_hybrids["q4g64"], threads=2)
+    agree, worst = 0, 0.0
+    for n in range(15, 61, 5):
+        want = np.asarray(f32.forward(ids[:n], 0))
+        got = np.asarray(q8.forward(ids[:n], 0))
+        worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+        agree += int(got.argmax() == want.argmax())
+        assert np.isfinite(np.asarray(q4.forward(ids[:n], 0))).all()
+    assert worst < 0.3 and agree >= 6, (worst, agree)
