@@ -1,6 +1,7 @@
 """Decode and prefill speed of a compiled model vs. transformers, measured in one run.
 
     .venv/bin/python benchmarks/bench_decode.py --size small --threads 2
+    .venv/bin/python benchmarks/bench_decode.py --size hybrid --threads 2   # Qwen3.5
 
 Builds a random-weight Qwen3 checkpoint of the chosen size with transformers (fixed
 seed), compiles it for `cpu`, and times, with the same thread count on both sides:
@@ -97,7 +98,8 @@ def main() -> None:
     ref_pre = best_rate(hf_prefill, len(prompt), 3)
 
     gb = report["plan"]["memory"]["weights_bytes"] / 1e9
-    print(f"model: random Qwen3 '{args.size}', {params / 1e6:.0f}M params, {args.weights} "
+    arch = "Qwen3.5 (hybrid)" if args.size == "hybrid" else "Qwen3"
+    print(f"model: random {arch} '{args.size}', {params / 1e6:.0f}M params, {args.weights} "
           f"weights {gb:.2f} GB (embedding table included); threads={args.threads}")
     print(f"{'':10}{'ninfer':>12}{'transformers':>14}{'ratio':>8}")
     print(f"{'decode':10}{ours_dec:>10.1f}/s{ref_dec:>12.1f}/s{ours_dec / ref_dec:>8.2f}")

@@ -138,3 +138,15 @@ def test_unsupported_chat_template_fails_the_compile_naming_it(tmp_path):
     assert r.returncode == 1, r.stderr
     assert "line 2: the filter 'from_json' is not supported" in err
     assert not (tmp_path / "out" / "ninfer-server").exists()
+
+
+def test_engine_module_of_another_compile_is_refused_not_imported(tmp_path):
+    """Two engine modules in one build directory (a recompile under another model id that
+    did not clean up): load_engine names them instead of importing whichever sorts first."""
+    from ninfer.runtime.engine import load_engine_module
+
+    for name in ("ninfer_engine_a.cpython-311-x86_64-linux-gnu.so",
+                 "ninfer_engine_b.cpython-311-x86_64-linux-gnu.so"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(ImportError, match="holds 2 engine modules"):
+        load_engine_module(tmp_path)

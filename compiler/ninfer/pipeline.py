@@ -117,6 +117,14 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
             from ninfer.build import cmake_build
 
             cmake_build(src_dir, out_dir / "cmake-build", log=out_dir / "build.log")
+            # a module of an earlier compile into this directory under another model id
+            # would be the one load_engine() imports
+            from ninfer.codegen.render import model_slug
+
+            own = f"ninfer_engine_{model_slug(model_id)}."
+            for stale in out_dir.glob("ninfer_engine_*.so"):
+                if not stale.name.startswith(own):
+                    stale.unlink()
 
     # 8. Chat templates: the built server renders generated conversations, and each must
     #    equal jinja2's rendering (or raise the same error) or the compile fails.

@@ -10,6 +10,10 @@ from typing import Any
 SIZES = {  # hidden, intermediate, layers, heads, kv heads
     "small": (512, 1536, 8, 8, 4),
     "medium": (1024, 3072, 16, 16, 8),
+    # a ~0.5B-shaped Qwen3.5 hybrid (Qwen3_5ForCausalLM): 18 Gated DeltaNet layers (16 key
+    # and 16 value heads of 128) and 6 gated full-attention ones (head_dim 256, partial
+    # rotary 0.25), as the small Qwen3.5 checkpoints are shaped
+    "hybrid": (1024, 3584, 24, 8, 2),
 }
 
 
@@ -24,12 +28,23 @@ def build_checkpoint(directory: Path, size: str) -> None:
         return
     facts = write_tokenizer_files(directory, "qwen", vocab_size=2048)
     hidden, inter, layers, heads, kv = SIZES[size]
+    torch.manual_seed(0)
+    if size == "hybrid":
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+        Qwen3_5ForCausalLM(Qwen3_5TextConfig(
+            vocab_size=(facts["vocab_size"] + 63) // 64 * 64, hidden_size=hidden,
+            intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads,
+            num_key_value_heads=kv, head_dim=256, linear_num_key_heads=16,
+            linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
+            linear_conv_kernel_dim=4, max_position_embeddings=4096, tie_word_embeddings=False,
+            eos_token_id=facts["eos_token_id"])).save_pretrained(directory)
+        return
     config = Qwen3Config(vocab_size=(facts["vocab_size"] + 63) // 64 * 64, hidden_size=hidden,
                          intermediate_size=inter, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv, head_dim=64,
                          max_position_embeddings=4096, tie_word_embeddings=False,
                          eos_token_id=facts["eos_token_id"])
-    torch.manual_seed(0)
     Qwen3ForCausalLM(config).save_pretrained(directory)
 
 

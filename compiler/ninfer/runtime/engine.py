@@ -15,6 +15,10 @@ def load_engine_module(out_dir: str | Path) -> ModuleType:
     if not found:
         raise FileNotFoundError(f"no ninfer_engine_* module in {out_dir}; compile without "
                                 "--no-python-module")
+    if len(found) > 1:
+        raise ImportError(f"{out_dir} holds {len(found)} engine modules "
+                          f"({', '.join(f.name for f in found)}): recompile into it or remove "
+                          "the stale ones")
     name = found[0].name.split(".")[0]
     if name in sys.modules:
         return sys.modules[name]
