@@ -25,6 +25,8 @@ from .spec import (
     KernelSpec,
     KvStoreSpec,
     MatmulSpec,
+    MoeCombineSpec,
+    MoeRouterSpec,
     RMSNormSpec,
     RopeSpec,
     SigmoidGateSpec,
@@ -180,6 +182,32 @@ def gdn_norm(spec: GdnNormSpec, o: np.ndarray, z: np.ndarray, weight: np.ndarray
                                        spec.eps).reshape(len(o), -1)
 
 
+def moe_router(spec: MoeRouterSpec, logits: np.ndarray) -> np.ndarray:
+    """[ids | weights] per row, as float64 (`moe_router_parts` splits them)."""
+    ids, w = moe_router_parts(spec, logits)
+    return np.concatenate([ids.astype(np.float64), w], axis=1)
+
+
+def moe_router_parts(spec: MoeRouterSpec, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(expert ids [n, K], weights [n, K]): softmax, the top_k in descending order with a
+    tie to the lower id (a stable sort), renormalised when the spec says."""
+    x = _f64(logits)
+    p = np.exp(x - x.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    ids = np.argsort(-p, axis=1, kind="stable")[:, :spec.top_k]
+    w = np.take_along_axis(p, ids, axis=1)
+    if spec.normalize:
+        w = w / w.sum(axis=1, keepdims=True)
+    return ids, w
+
+
+def moe_combine(spec: MoeCombineSpec, y: np.ndarray, pos: np.ndarray, w: np.ndarray,
+                x: np.ndarray, gate: np.ndarray, shared: np.ndarray) -> np.ndarray:
+    routed = np.einsum("tk,tkh->th", _f64(w), _f64(y)[np.asarray(pos)])
+    sg = 1.0 / (1.0 + np.exp(-(_f64(x) @ _f64(gate))))
+    return routed + sg[:, None] * _f64(shared)
+
+
 def sigmoid_gate(spec: SigmoidGateSpec, x: np.ndarray, gate: np.ndarray) -> np.ndarray:
     return _f64(x) / (1.0 + np.exp(-_f64(gate)))
 
@@ -198,13 +226,17 @@ _REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "gdn_gate": gdn_gate,
     "gdn_norm": gdn_norm,
     "sigmoid_gate": sigmoid_gate,
+    "moe_router": moe_router,
+    "moe_combine": moe_combine,
 }
 
 
 def reference(spec: KernelSpec, *inputs: np.ndarray | int) -> np.ndarray:
-    """Expected `out` of `spec`'s kernel for `inputs` (signature order, without `out`)."""
-    expected = len(spec.signature()) - 1
+    """Expected `out` of `spec`'s kernel for `inputs` (signature order, without the
+    outputs; a kernel with several outputs gets them side by side: moe_router)."""
+    args = [a for a in spec.signature() if a.name != "out" and not a.name.startswith("out_")]
+    expected = len(args)
     if len(inputs) != expected:
-        names = ", ".join(a.name for a in spec.signature()[:-1])
+        names = ", ".join(a.name for a in args)
         raise TypeError(f"{spec.name()}: expected {expected} inputs ({names}), got {len(inputs)}")
     return _REFERENCES[spec.family](spec, *inputs)

@@ -567,6 +567,66 @@ class GdnNormSpec:
         ]
 
 
+@dataclass(frozen=True)
+class MoeRouterSpec:
+    """Top-k routing of a sparse MoE block (Qwen3-Next, Qwen3.5-MoE): p = softmax(logits)
+    over the experts in float32; the top_k largest in descending order (a tie goes to the
+    lower expert id), their p renormalised to sum 1 when `normalize` (norm_topk_prob).
+    out_ids [n, top_k] int32, out_weights [n, top_k]."""
+
+    family: ClassVar[str] = "moe_router"
+    experts: int
+    top_k: int
+    normalize: bool = True
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "experts", "top_k")
+        if self.top_k > self.experts:
+            raise ValueError(f"MoeRouterSpec: top_k {self.top_k} exceeds the {self.experts} "
+                             "experts")
+
+    def name(self) -> str:
+        return f"moe_router_e{self.experts}_k{self.top_k}{'_norm' if self.normalize else ''}"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("logits", "float32", "n", self.experts),
+            _tensor("out_ids", "int32", "n", self.top_k),
+            _tensor("out_weights", "float32", "n", self.top_k),
+        ]
+
+
+@dataclass(frozen=True)
+class MoeCombineSpec:
+    """The output of a sparse MoE block per token row t:
+    out[t] = sum_k w[t, k] * y[pos[t, k]] (k in order) + sigmoid(x[t] . gate) * shared[t],
+    y holding the routed experts' outputs (`rows` of them, in the order the experts ran),
+    `shared` the shared expert's, `gate` the shared expert's gate weight [hidden] and x the
+    block's input (the post-attention norm)."""
+
+    family: ClassVar[str] = "moe_combine"
+    hidden: int
+    top_k: int
+    rows: int  # rows of y: the most token rows of a step x top_k
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "hidden", "top_k", "rows")
+
+    def name(self) -> str:
+        return f"moe_combine_h{self.hidden}_k{self.top_k}_r{self.rows}"
+
+    def signature(self) -> list[Arg]:
+        return [
+            _tensor("y", "float32", self.rows, self.hidden),
+            _tensor("pos", "int32", "n", self.top_k),
+            _tensor("w", "float32", "n", self.top_k),
+            _tensor("x", "float32", "n", self.hidden),
+            _tensor("gate", "float32", self.hidden),
+            _tensor("shared", "float32", "n", self.hidden),
+            _tensor("out", "float32", "n", self.hidden),
+        ]
+
+
 def _check_kv(spec: object, kv_dtype: str, head_dim: int, rotate: int) -> None:
     name = type(spec).__name__
     if kv_dtype not in KV_DTYPES:
@@ -592,4 +652,6 @@ KernelSpec = (
     | GdnGateSpec
     | GdnNormSpec
     | SigmoidGateSpec
+    | MoeRouterSpec
+    | MoeCombineSpec
 )

@@ -22,7 +22,7 @@ from ninfer.quantize.weight_formats import format_info
 from ninfer.targets import Target
 
 from ..spec import KernelSpec, KvStoreSpec, MatmulSpec
-from . import attention, elementwise, gdn, kv, matmul, qmatmul
+from . import attention, elementwise, gdn, kv, matmul, moe, qmatmul
 
 
 def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
@@ -53,6 +53,8 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
     "gdn_gate": gdn.gdn_gate,
     "gdn_norm": gdn.gdn_norm,
     "sigmoid_gate": elementwise.sigmoid_gate,
+    "moe_router": moe.moe_router,
+    "moe_combine": moe.moe_combine,
 }
 
 
