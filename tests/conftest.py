@@ -65,8 +65,9 @@ def _make_hybrid(name: str, directory: Path, common: dict[str, Any]) -> None:
     """qwen35-tiny: Qwen3_5ForCausalLM, fp32, untied, partial rotary 0.25, 3 Gated DeltaNet
     layers per full-attention one. qwen35vl-tiny: Qwen3_5ForConditionalGeneration (text
     fields under text_config, a one-block vision tower), bf16, tied. qwen3next-tiny:
-    Qwen3NextForCausalLM with its fused GDN projections, dense MLPs (mlp_only_layers), f16,
-    full attention every 2nd layer. Weights perturbed away from the initialisers (the
+    Qwen3NextForCausalLM with its fused GDN projections and sparse MoE blocks (8 experts,
+    2 per token, a gated shared expert; layer 1 a dense MLP by mlp_only_layers), f16, full
+    attention every 2nd layer, partial rotary 0.5. Weights perturbed away from the initialisers (the
     zero-centred norms start at 0, A_log at log(1..16))."""
     import torch
     import transformers
@@ -88,8 +89,9 @@ def _make_hybrid(name: str, directory: Path, common: dict[str, Any]) -> None:
         dtype = torch.bfloat16
     else:
         model = transformers.Qwen3NextForCausalLM(transformers.Qwen3NextConfig(
-            **text, tie_word_embeddings=False, full_attention_interval=2, num_experts=4,
-            mlp_only_layers=[0, 1, 2, 3], partial_rotary_factor=0.5))
+            **text, tie_word_embeddings=False, full_attention_interval=2, num_experts=8,
+            num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=96,
+            mlp_only_layers=[1], norm_topk_prob=True, partial_rotary_factor=0.5))
         dtype = torch.float16
     with torch.no_grad():
         for p in model.parameters():

@@ -296,12 +296,27 @@ def test_hybrid_traits_from_real_configs(tmp_path, config, arch):
     assert "model.layers.3.self_attn.q_proj.weight" in names
 
 
-def test_sparse_moe_hybrids_are_refused_with_what_they_are(tmp_path):
-    ckpt = _real_config_checkpoint(tmp_path, "Qwen3NextConfig", "Qwen3NextForCausalLM",
-                                   num_experts=8, mlp_only_layers=[2])
-    with pytest.raises(FrontendError, match=r"'Qwen3NextForCausalLM' has sparse MoE blocks "
-                       r"\(8 experts in 7 layers\)"):
-        build_graph(ckpt)
+@pytest.mark.parametrize(("config", "arch", "sparse"), [
+    ("Qwen3NextConfig", "Qwen3NextForCausalLM", (0, 1, 3, 4, 5, 6, 7)),
+    ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", tuple(range(8))),
+])
+def test_sparse_moe_blocks_from_real_configs(tmp_path, config, arch, sparse):
+    """Qwen3-Next (mlp_only_layers) and Qwen3.5-MoE (every layer sparse, no dense
+    intermediate_size in its config): the sparse layers and the per-expert tensor names."""
+    from ninfer.frontend.hybrid import hybrid_traits, hybrid_weights
+
+    extra = {"mlp_only_layers": [2]} if config == "Qwen3NextConfig" else {}
+    ckpt = _real_config_checkpoint(tmp_path, config, arch, num_experts=8,
+                                   num_experts_per_tok=2, **extra)
+    t = hybrid_traits(ckpt.config)
+    assert t.sparse_layers == sparse and t.experts == 8 and t.norm_topk
+    assert t.dense_mlp == (config == "Qwen3NextConfig")
+    names = {s for w in hybrid_weights(ckpt.config, t, "model.") for s in w.sources}
+    assert {"model.layers.0.mlp.gate.weight", "model.layers.0.mlp.experts.7.up_proj.weight",
+            "model.layers.0.mlp.shared_expert_gate.weight"} <= names
+    fused = {s for w in hybrid_weights(ckpt.config, t, "model.", fused_experts=True)
+             for s in w.sources}
+    assert "model.layers.0.mlp.experts.gate_up_proj" in fused
 
 
 def test_partial_rotary_on_a_dense_architecture_is_refused(tmp_path):

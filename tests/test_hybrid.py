@@ -1,4 +1,5 @@
-"""Hybrid (Gated DeltaNet + gated attention) models served end to end on the CPU.
+"""Hybrid (Gated DeltaNet + gated attention, dense and MoE) models served end to end on
+the CPU.
 
 test_parity runs every tiny hybrid (Qwen3.5, its multimodal twin, Qwen3-Next) through the
 shared checks against transformers (last logits, a decode step, 32 greedy tokens through
@@ -37,11 +38,16 @@ def hybrid(qwen35_model):
 
 
 def _hf_greedy(model, ids: list[int], n: int) -> list[int]:
+    """n argmax tokens, through an end-of-sequence token as ignore_eos asks (generate
+    would stop there)."""
+    out: list[int] = []
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids),
-                             dtype=torch.long), max_new_tokens=n, do_sample=False,
-                             pad_token_id=0)
-    return out[0, len(ids):].tolist()
+        step = model(torch.tensor([ids]), use_cache=True)
+        for _ in range(n):
+            out.append(int(step.logits[0, -1].argmax()))
+            step = model(torch.tensor([out[-1:]]), past_key_values=step.past_key_values,
+                         use_cache=True)
+    return out
 
 
 def _body(ids: list[int], **extra) -> dict:
@@ -112,6 +118,18 @@ def test_four_streams_in_one_batch_equal_their_solo_runs_and_transformers(hybrid
     for _ in range(2):  # and again, in slots that held other sequences' states
         together = _together(srv, [_body(ids) for ids in prompts])
         assert [r["choices"][0]["token_ids"] for r in together] == want
+
+
+def test_moe_hybrid_streams_in_one_batch_equal_transformers(qwen3next_model):
+    """The sparse MoE blocks (tiny Qwen3-Next, 8 experts, 2 per row): in a batch of four
+    streams each expert runs over the rows routed to it from every sequence, a row count
+    that changes with the batch; each stream's tokens must still be transformers'."""
+    model = qwen3next_model.hf_model()
+    prompts = _prompts()
+    want = [_hf_greedy(model, ids, 32) for ids in prompts]
+    with Server(qwen3next_model.out_dir, threads=2) as srv:
+        together = _together(srv, [_body(ids) for ids in prompts])
+    assert [r["choices"][0]["token_ids"] for r in together] == want
 
 
 def test_n_choices_each_prefill_their_own_prompt(hybrid):

@@ -23,6 +23,8 @@ from ninfer.kernels.spec import (
     KernelSpec,
     KvStoreSpec,
     MatmulSpec,
+    MoeCombineSpec,
+    MoeRouterSpec,
     RMSNormSpec,
     RopeSpec,
     SamplerSpec,
@@ -45,7 +47,9 @@ class PlanError(ValueError):
 
 MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head",
                 # hybrid models: the attention's output gate, the Gated DeltaNet projections
-                "q_gate", "gdn_qkv", "gdn_z", "gdn_ba", "gdn_out")
+                "q_gate", "gdn_qkv", "gdn_z", "gdn_ba", "gdn_out",
+                # sparse MoE blocks
+                "router", "expert_gate_up", "expert_down", "shared_gate_up", "shared_down")
 # Device sampler (CUDA): logit edits per sequence beyond its distinct context tokens (the
 # penalties' tokens): logit_bias entries and min_tokens' stop ids.
 SAMPLER_EXTRA_EDITS = 1024
@@ -266,6 +270,12 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                     "gdn_z": hybrid.value_width, "gdn_ba": 2 * hybrid.v_heads,
                     "gdn_gb": 2 * hybrid.v_heads, "gdn_o": hybrid.value_width,
                     "gdn_y": hybrid.value_width}
+        if hybrid.sparse_layers:  # the routed rows of a step: up to top_k per token row
+            K = hybrid.top_k
+            buffers |= {"moe_logits": hybrid.experts, "moe_w": K, "ex_in": K * h,
+                        "ex_gu": K * 2 * hybrid.moe_inter, "ex_act": K * hybrid.moe_inter,
+                        "ex_out": K * h, "sh_gu": 2 * hybrid.shared_inter,
+                        "sh_act": hybrid.shared_inter}
         state_bytes = 4 * conc * len(hybrid.linear_layers) * (
             (hybrid.conv_kernel - 1) * hybrid.conv_dim
             + hybrid.v_heads * hybrid.k_dim * hybrid.v_dim)
@@ -349,9 +359,25 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
             "gdn_recurrent": GdnRecurrentSpec(t.k_heads, t.v_heads, t.k_dim, t.v_dim, conc),
             "gdn_norm": GdnNormSpec(t.v_heads, t.v_dim, cfg.rms_norm_eps),
         }
-        for role, k, n in (("q_gate", h, q_dim), ("gdn_qkv", h, t.conv_dim),
-                           ("gdn_z", h, t.value_width), ("gdn_ba", h, 2 * t.v_heads),
-                           ("gdn_out", t.value_width, h)):
+        shapes = [("q_gate", h, q_dim), ("gdn_qkv", h, t.conv_dim), ("gdn_z", h, t.value_width),
+                  ("gdn_ba", h, 2 * t.v_heads), ("gdn_out", t.value_width, h)]
+        if t.sparse_layers:
+            kernels |= {
+                "moe_router": MoeRouterSpec(t.experts, t.top_k, t.norm_topk),
+                "moe_combine": MoeCombineSpec(h, t.top_k, chunk * t.top_k),
+                "moe_gather": EmbeddingSpec(chunk, h),  # the rows routed to the experts
+                "expert_silu": SiluMulSpec(t.moe_inter),
+                "shared_silu": SiluMulSpec(t.shared_inter),
+            }
+            shapes += [("router", h, t.experts), ("expert_gate_up", h, 2 * t.moe_inter),
+                       ("expert_down", t.moe_inter, h),
+                       ("shared_gate_up", h, 2 * t.shared_inter),
+                       ("shared_down", t.shared_inter, h)]
+        if not t.dense_mlp:
+            for role in ("gate_up", "down"):
+                del kernels[f"{role}_gemv"], kernels[f"{role}_gemm"]
+            del kernels["silu_mul"]
+        for role, k, n in shapes:
             kernels[f"{role}_gemv"] = _matmul(k, n, False, "gemv", role)
             kernels[f"{role}_gemm"] = _matmul(k, n, False, "gemm", role)
 

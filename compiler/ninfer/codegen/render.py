@@ -95,6 +95,10 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "linear_flags": ["true" if t == LINEAR else "false"
                          for t in (hybrid.layer_types if hybrid else ())],
         "rope_dims": graph.rope_dims,
+        "moe": bool(hybrid and hybrid.sparse_layers),
+        "sparse_flags": ["true" if i in hybrid.sparse_layers else "false"
+                         for i in range(len(hybrid.layer_types))] if hybrid else [],
+        "dense_mlp": hybrid.dense_mlp if hybrid else True,
         "kvparts": kv_parts(plan.kernels["attention"]),
         "stubs": stubs,
         "buffers": plan.buffers,

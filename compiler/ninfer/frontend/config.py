@@ -137,7 +137,9 @@ class ModelConfig:
             model_type=str(cfg.get("model_type", "")),
             vocab_size=int(need("vocab_size")),
             hidden_size=hidden,
-            intermediate_size=int(need("intermediate_size")),
+            # a model whose every MLP is a sparse MoE block (Qwen3.5-MoE) has no dense size
+            intermediate_size=int(cfg["intermediate_size"] if "intermediate_size" in cfg
+                                  else need("moe_intermediate_size")),
             num_layers=int(need("num_hidden_layers")),
             num_heads=heads,
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),

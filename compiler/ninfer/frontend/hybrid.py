@@ -52,6 +52,20 @@ class HybridTraits(DenseBlockTraits):
     v_dim: int = 0  # linear_value_head_dim
     conv_kernel: int = 0  # linear_conv_kernel_dim
     fused_projections: bool = False  # Qwen3-Next: in_proj_qkvz / in_proj_ba
+    # sparse MoE blocks (Qwen3-Next, Qwen3.5-MoE): the layers that have one, the experts,
+    # the experts per token, their and the shared expert's intermediate sizes, and whether
+    # the chosen experts' probabilities are renormalised (norm_topk_prob)
+    sparse_layers: tuple[int, ...] = ()
+    experts: int = 0
+    top_k: int = 0
+    moe_inter: int = 0
+    shared_inter: int = 0
+    norm_topk: bool = True
+
+    @property
+    def dense_mlp(self) -> bool:
+        """Some layer has a dense MLP."""
+        return len(self.sparse_layers) < len(self.layer_types)
 
     family: ClassVar[str] = "hybrid"
 
@@ -101,16 +115,21 @@ def _int(cfg: ModelConfig, key: str) -> int:
 
 def hybrid_traits(cfg: ModelConfig) -> HybridTraits:
     types = layer_types(cfg)
+    sparse: tuple[int, ...] = ()
+    moe: dict[str, int | bool] = {}
     if cfg.extra.get("num_experts"):
-        sparse = [i for i in range(cfg.num_layers)
-                  if i not in (cfg.extra.get("mlp_only_layers") or [])
-                  and (i + 1) % int(cfg.extra.get("decoder_sparse_step") or 1) == 0]
-        if sparse:
-            raise FrontendError(
-                f"architecture '{cfg.architecture}' has sparse MoE blocks "
-                f"({cfg.extra['num_experts']} experts in {len(sparse)} layers); ninfer "
-                "compiles the dense hybrid models (Gated DeltaNet + gated attention with "
-                "dense MLPs) but not their MoE blocks yet")
+        sparse = tuple(i for i in range(cfg.num_layers)
+                       if i not in (cfg.extra.get("mlp_only_layers") or [])
+                       and (i + 1) % int(cfg.extra.get("decoder_sparse_step") or 1) == 0)
+    if sparse:
+        moe = {"experts": _int(cfg, "num_experts"), "top_k": _int(cfg, "num_experts_per_tok"),
+               "moe_inter": _int(cfg, "moe_intermediate_size"),
+               "shared_inter": _int(cfg, "shared_expert_intermediate_size"),
+               # Qwen3.5-MoE always renormalises; Qwen3-Next when norm_topk_prob
+               "norm_topk": bool(cfg.extra.get("norm_topk_prob", True))}
+        if moe["top_k"] > moe["experts"]:
+            raise FrontendError(f"config.json: num_experts_per_tok {moe['top_k']} exceeds "
+                                f"num_experts {moe['experts']}")
     if cfg.attention_bias:
         raise FrontendError(f"{cfg.architecture} with attention_bias=true is not supported")
     factor = cfg.rope.partial_factor
@@ -124,7 +143,8 @@ def hybrid_traits(cfg: ModelConfig) -> HybridTraits:
         k_heads=_int(cfg, "linear_num_key_heads"), v_heads=_int(cfg, "linear_num_value_heads"),
         k_dim=_int(cfg, "linear_key_head_dim"), v_dim=_int(cfg, "linear_value_head_dim"),
         conv_kernel=_int(cfg, "linear_conv_kernel_dim"), rotary=rotary,
-        fused_projections=cfg.architecture == "Qwen3NextForCausalLM")
+        fused_projections=cfg.architecture == "Qwen3NextForCausalLM",
+        sparse_layers=sparse, **moe)  # type: ignore[arg-type]
     if traits.v_heads % traits.k_heads:
         raise FrontendError(f"config.json: linear_num_value_heads {traits.v_heads} is not a "
                             f"multiple of linear_num_key_heads {traits.k_heads}")
@@ -132,6 +152,12 @@ def hybrid_traits(cfg: ModelConfig) -> HybridTraits:
         raise FrontendError(f"config.json: linear_conv_kernel_dim {traits.conv_kernel} must "
                             "be at least 2")
     return traits
+
+
+def fused_experts(ckpt: Checkpoint, prefix: str) -> bool:
+    """Whether the MoE experts are stored fused per layer ([E, ...] tensors)."""
+    return any(n.startswith(prefix) and n.endswith(".mlp.experts.gate_up_proj")
+               for n in ckpt.tensors)
 
 
 def text_prefix(ckpt: Checkpoint) -> str:
@@ -156,7 +182,8 @@ def skipped_tensor_notes(ckpt: Checkpoint) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def hybrid_weights(cfg: ModelConfig, t: HybridTraits, prefix: str) -> list[WeightSpec]:
+def hybrid_weights(cfg: ModelConfig, t: HybridTraits, prefix: str,
+                   fused_experts: bool = False) -> list[WeightSpec]:
     """The weight list of a hybrid decoder. `transform` names how the checkpoint tensors
     become ours (graph.load_weight): `one_plus` folds a zero-centred norm's 1 + w,
     `query` / `gate` take the halves of a gated q_proj, `qkv` / `z` / `ba` regroup
@@ -205,17 +232,46 @@ def hybrid_weights(cfg: ModelConfig, t: HybridTraits, prefix: str) -> list[Weigh
                 WeightSpec(p + "o", (h, q_dim), (sa + "o_proj.weight",), "linear"),
             ]
         m = src + "mlp."
-        out += [
-            WeightSpec(p + "post_norm", (h,), (src + "post_attention_layernorm.weight",),
-                       "norm", "one_plus"),
-            WeightSpec(p + "gate_up", (2 * inter, h), (m + "gate_proj.weight",
-                                                       m + "up_proj.weight"), "linear"),
-            WeightSpec(p + "down", (h, inter), (m + "down_proj.weight",), "linear"),
-        ]
+        out.append(WeightSpec(p + "post_norm", (h,), (src + "post_attention_layernorm.weight",),
+                              "norm", "one_plus"))
+        if i in t.sparse_layers:
+            out += _moe_weights(h, t, p, m, fused_experts)
+        else:
+            out += [
+                WeightSpec(p + "gate_up", (2 * inter, h), (m + "gate_proj.weight",
+                                                           m + "up_proj.weight"), "linear"),
+                WeightSpec(p + "down", (h, inter), (m + "down_proj.weight",), "linear"),
+            ]
     out.append(WeightSpec("final_norm", (h,), (P + "norm.weight",), "norm", "one_plus"))
     lm_src = P + "embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
     out.append(WeightSpec("lm_head", (cfg.vocab_size, h), (lm_src,), "lm_head"))
     return out
+
+
+def _moe_weights(h: int, t: HybridTraits, p: str, m: str, fused: bool) -> list[WeightSpec]:
+    """A sparse MoE block's tensors: the router, each expert's gate/up and down (per-expert
+    checkpoint tensors, or slices of the fused ones), the shared expert and its gate."""
+    out = [WeightSpec(p + "router", (t.experts, h), (m + "gate.weight",), "linear")]
+    for e in range(t.experts):
+        x = f"{m}experts.{e}."
+        if fused:  # transformers' layout: experts.gate_up_proj [E, 2I, H], down_proj [E, H, I]
+            out += [WeightSpec(f"{p}experts.{e}.expert_gate_up", (2 * t.moe_inter, h),
+                               (m + "experts.gate_up_proj",), "linear", f"expert:{e}"),
+                    WeightSpec(f"{p}experts.{e}.expert_down", (h, t.moe_inter),
+                               (m + "experts.down_proj",), "linear", f"expert:{e}")]
+            continue
+        out += [WeightSpec(f"{p}experts.{e}.expert_gate_up", (2 * t.moe_inter, h),
+                           (x + "gate_proj.weight", x + "up_proj.weight"), "linear"),
+                WeightSpec(f"{p}experts.{e}.expert_down", (h, t.moe_inter),
+                           (x + "down_proj.weight",), "linear")]
+    s = m + "shared_expert."
+    return [*out,
+            WeightSpec(p + "shared_gate_up", (2 * t.shared_inter, h),
+                       (s + "gate_proj.weight", s + "up_proj.weight"), "linear"),
+            WeightSpec(p + "shared_down", (h, t.shared_inter), (s + "down_proj.weight",),
+                       "linear"),
+            WeightSpec(p + "shared_expert_gate", (h,), (m + "shared_expert_gate.weight",),
+                       "param", "row")]
 
 
 def split_qkvz(qkvz: np.ndarray, ba: np.ndarray, k_heads: int, v_heads: int, k_dim: int,
@@ -262,6 +318,10 @@ def transform_weight(transform: str, parts: list[np.ndarray], cfg: ModelConfig,
         return (np.float32(1.0) + parts[0].astype(np.float32)).astype(np.float32)
     if transform == "conv":
         return parts[0].reshape(parts[0].shape[0], -1)
+    if transform == "row":  # a [1, n] weight as [n]
+        return parts[0].reshape(-1)
+    if transform.startswith("expert:"):  # one expert of a fused [E, ...] tensor
+        return parts[0][int(transform.split(":")[1])]
     if transform in ("query", "gate"):
         q, g = split_gated_query(parts[0], cfg.num_heads, cfg.head_dim)
         return q if transform == "query" else g

@@ -12,6 +12,7 @@ from ninfer.frontend.config import FrontendError
 from ninfer.frontend.graph import DenseBlockTraits, ModelGraph, dense_decoder_weights
 from ninfer.frontend.hybrid import (
     HYBRID_ARCHITECTURES,
+    fused_experts,
     hybrid_traits,
     hybrid_weights,
     text_prefix,
@@ -48,9 +49,9 @@ ARCHITECTURES = {
 def build_graph(ckpt: Checkpoint) -> ModelGraph:
     cfg = ckpt.config
     if cfg.architecture in HYBRID_ARCHITECTURES:
-        hybrid = hybrid_traits(cfg)
+        hybrid, prefix = hybrid_traits(cfg), text_prefix(ckpt)
         return _checked(ckpt, ModelGraph(cfg, hybrid, tuple(
-            hybrid_weights(cfg, hybrid, text_prefix(ckpt)))))
+            hybrid_weights(cfg, hybrid, prefix, fused_experts(ckpt, prefix)))))
     make_traits = ARCHITECTURES.get(cfg.architecture)
     if make_traits is None:
         raise FrontendError(
