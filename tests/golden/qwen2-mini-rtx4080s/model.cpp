@@ -87,19 +87,19 @@ class GeneratedModel final : public Model {
           mem_.weight(a, p + "k", "f32", {32, 32}));
       w.v = static_cast<const float*>(
           mem_.weight(a, p + "v", "f32", {32, 32}));
+      w.o = static_cast<const float*>(
+          mem_.weight(a, p + "o", "f32", {32, 64}));
       w.q_bias = t(p + "q_bias", {kQDim});
       w.k_bias = t(p + "k_bias", {kKvDim});
       w.v_bias = t(p + "v_bias", {kKvDim});
       w.q_norm = w.k_norm = nullptr;
+      k_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 64));
+      v_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 64));
       w.post_norm = t(p + "post_norm", {kHidden});
-      w.o = static_cast<const float*>(
-          mem_.weight(a, p + "o", "f32", {32, 64}));
       w.gate_up = static_cast<const float*>(
           mem_.weight(a, p + "gate_up", "f32", {96, 32}));
       w.down = static_cast<const float*>(
           mem_.weight(a, p + "down", "f32", {32, 48}));
-      k_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 64));
-      v_pool_[l] = static_cast<uint16_t*>(mem_.bytes(kPoolRows * 64));
     }
     x_ = mem_.floats(size_t(kPrefillChunk) * 32);
     res_ = mem_.floats(size_t(kPrefillChunk) * 32);
