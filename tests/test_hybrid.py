@@ -217,3 +217,30 @@ def test_quantized_hybrids_plan_their_formats_and_stay_near_f32(qwen35_model,
         agree += int(got.argmax() == want.argmax())
         assert np.isfinite(np.asarray(q4.forward(ids[:n], 0))).all()
     assert worst < 0.3 and agree >= 6, (worst, agree)
+
+
+def test_memory_plan_counts_the_state_and_only_attention_layers_hold_kv(qwen35_model):
+    """The plan of the tiny Qwen3.5 (3 GDN layers, 1 attention layer): KV blocks for the
+    attention layer only, the recurrent state of every slot counted, an over-full budget
+    refused with the state in the numbers, a GPU target refused."""
+    from ninfer.frontend.checkpoint import open_checkpoint
+    from ninfer.frontend.llama import build_graph
+    from ninfer.plan import PlanError, ServeLimits, make_plan
+    from ninfer.targets import load_target
+
+    graph = build_graph(open_checkpoint(qwen35_model.checkpoint))
+    limits = ServeLimits(max_context=256, prefill_chunk=16, max_concurrency=8, kv_dtype="f32")
+    plan = make_plan(graph, load_target("cpu"), limits)
+    kv_heads, d = graph.config.num_kv_heads, graph.config.head_dim
+    assert plan.kv.bytes_per_block == 2 * 1 * 16 * kv_heads * d * 4  # k and v, 1 layer
+    assert plan.memory.state_bytes == 8 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
+    assert plan.memory.total_bytes == (plan.memory.weights_bytes + plan.memory.kv_bytes
+                                       + plan.memory.activation_bytes
+                                       + plan.memory.workspace_bytes + plan.memory.state_bytes)
+    one_sequence = (limits.blocks_per_seq + 1) * plan.kv.bytes_per_block
+    tight = load_target("cpu").with_overrides(memory_gib=(
+        plan.memory.total_bytes - plan.memory.kv_bytes + one_sequence // 2) / 2**30)
+    with pytest.raises(PlanError, match=r"recurrent state 0\.\d MiB \(8 slots\) leave"):
+        make_plan(graph, tight, limits)
+    with pytest.raises(PlanError, match="hybrid .* cpu target only so far, not for rtx4080s"):
+        make_plan(graph, load_target("rtx4080s"), limits)
