@@ -67,7 +67,9 @@ def _make_hybrid(name: str, directory: Path, common: dict[str, Any]) -> None:
     fields under text_config, a one-block vision tower), bf16, tied. qwen3next-tiny:
     Qwen3NextForCausalLM with its fused GDN projections and sparse MoE blocks (8 experts,
     2 per token, a gated shared expert; layer 1 a dense MLP by mlp_only_layers), f16, full
-    attention every 2nd layer, partial rotary 0.5. Weights perturbed away from the initialisers (the
+    attention every 2nd layer, partial rotary 0.5. qwen35moe-tiny: Qwen3_5MoeForCausalLM,
+    every layer sparse (its config has no dense intermediate_size), 3 of 8 experts, fp32.
+    Weights perturbed away from the initialisers (the
     zero-centred norms start at 0, A_log at log(1..16))."""
     import torch
     import transformers
@@ -87,6 +89,12 @@ def _make_hybrid(name: str, directory: Path, common: dict[str, Any]) -> None:
             vision_config={"depth": 1, "hidden_size": 32, "intermediate_size": 64,
                            "num_heads": 2, "out_hidden_size": common["hidden_size"]}))
         dtype = torch.bfloat16
+    elif name == "qwen35moe-tiny":
+        moe = {k: v for k, v in text.items() if k != "intermediate_size"}
+        model = transformers.Qwen3_5MoeForCausalLM(transformers.Qwen3_5MoeTextConfig(
+            **moe, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=3,
+            moe_intermediate_size=64, shared_expert_intermediate_size=96))
+        dtype = torch.float32
     else:
         model = transformers.Qwen3NextForCausalLM(transformers.Qwen3NextConfig(
             **text, tie_word_embeddings=False, full_attention_interval=2, num_experts=8,
@@ -99,7 +107,7 @@ def _make_hybrid(name: str, directory: Path, common: dict[str, Any]) -> None:
     model.to(dtype).save_pretrained(directory)
 
 
-HYBRID_MODELS = ("qwen35-tiny", "qwen35vl-tiny", "qwen3next-tiny")
+HYBRID_MODELS = ("qwen35-tiny", "qwen35vl-tiny", "qwen3next-tiny", "qwen35moe-tiny")
 
 
 def _make_checkpoint(name: str, directory: Path) -> list[int]:
@@ -343,6 +351,11 @@ def qwen35vl_model() -> CompiledModel:
 @pytest.fixture(scope="session")
 def qwen3next_model() -> CompiledModel:
     return compiled("qwen3next-tiny")
+
+
+@pytest.fixture(scope="session")
+def qwen35moe_model() -> CompiledModel:
+    return compiled("qwen35moe-tiny")
 
 
 MODEL_FIXTURES = {"qwen3-tiny": "qwen3_model", "llama-tiny": "llama_model",

@@ -242,5 +242,58 @@ def test_memory_plan_counts_the_state_and_only_attention_layers_hold_kv(qwen35_m
         plan.memory.total_bytes - plan.memory.kv_bytes + one_sequence // 2) / 2**30)
     with pytest.raises(PlanError, match=r"recurrent state 0\.\d MiB \(8 slots\) leave"):
         make_plan(graph, tight, limits)
-    with pytest.raises(PlanError, match="hybrid .* cpu target only so far, not for rtx4080s"):
+    with pytest.raises(PlanError, match=r"hybrid .* cpu target only so far, not for rtx4080s"):
         make_plan(graph, load_target("rtx4080s"), limits)
+
+
+def test_every_layer_sparse_qwen35_moe_matches_transformers(qwen35moe_model):
+    """Qwen3.5-MoE: no dense MLP anywhere (the step program has none), 3 of 8 experts per
+    row; last logits of a prefill over several chunks and of a decode step."""
+    from ninfer.runtime.engine import load_engine
+
+    model = qwen35moe_model.hf_model()
+    engine = load_engine(qwen35moe_model.out_dir, threads=2)
+    ids = _prompts()[-1]
+    for n in (1, 17, len(ids)):
+        with torch.no_grad():
+            want = model(torch.tensor([ids[:n]])).logits[0, -1].numpy()
+        got = np.asarray(engine.forward(ids[:n], 0))
+        assert np.abs(got - want).max() / np.abs(want).max() < 1e-4, n
+    with torch.no_grad():
+        want = model(torch.tensor([[*ids, 7]])).logits[0, -1].numpy()
+    got = np.asarray(engine.forward([7], len(ids)))  # one decode row after the prefill
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-4
+
+
+def test_fused_expert_tensors_load_as_the_per_expert_ones(qwen35moe_model, tmp_path):
+    """transformers' in-memory layout (experts.gate_up_proj [E, 2I, H], experts.down_proj
+    [E, H, I] per layer) gives the same stored weights as the per-expert tensors of the
+    saved checkpoint."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from ninfer.frontend.checkpoint import open_checkpoint
+    from ninfer.frontend.llama import build_graph
+
+    src = qwen35moe_model.checkpoint
+    tensors = load_file(src / "model.safetensors")
+    fused: dict[str, np.ndarray] = {}
+    for layer in range(4):
+        m = f"model.layers.{layer}.mlp.experts."
+        fused[m + "gate_up_proj"] = np.stack([np.concatenate(
+            [tensors.pop(f"{m}{e}.gate_proj.weight"), tensors.pop(f"{m}{e}.up_proj.weight")])
+            for e in range(8)])
+        fused[m + "down_proj"] = np.stack([tensors.pop(f"{m}{e}.down_proj.weight")
+                                           for e in range(8)])
+    for f in src.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, tmp_path / f.name)
+    save_file({**tensors, **fused}, str(tmp_path / "model.safetensors"))
+    a, b = open_checkpoint(src), open_checkpoint(tmp_path)
+    ga, gb = build_graph(a), build_graph(b)
+    assert [w.name for w in ga.weights] == [w.name for w in gb.weights]
+    assert any(w.transform.startswith("expert:") for w in gb.weights)
+    for wa, wb in zip(ga.weights, gb.weights, strict=True):
+        if ".experts." in wa.name:
+            np.testing.assert_array_equal(ga.load_weight(a, wa), gb.load_weight(b, wb))
