@@ -69,8 +69,8 @@ def _make_hybrid(name: str, directory: Path, common: dict[str, Any]) -> None:
     2 per token, a gated shared expert; layer 1 a dense MLP by mlp_only_layers), f16, full
     attention every 2nd layer, partial rotary 0.5. qwen35moe-tiny: Qwen3_5MoeForCausalLM,
     every layer sparse (its config has no dense intermediate_size), 3 of 8 experts, fp32.
-    Weights perturbed away from the initialisers (the
-    zero-centred norms start at 0, A_log at log(1..16))."""
+    Weights perturbed away from the initialisers (the zero-centred norms start at 0, A_log
+    at log(1..16))."""
     import torch
     import transformers
 
