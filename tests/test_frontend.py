@@ -331,3 +331,25 @@ def test_partial_rotary_on_a_dense_architecture_is_refused(tmp_path):
     save_file({"x": np.zeros(1, np.float32)}, str(d / "model.safetensors"))
     with pytest.raises(FrontendError, match=r"partial_rotary_factor 0\.5 is not supported"):
         build_graph(open_checkpoint(d))
+
+
+def test_load_index_reads_one_slice_of_every_float_dtype(tmp_path):
+    """Checkpoint.load_index (one expert of a fused tensor) gives tensor[i] widened to f32,
+    for F32, F16 and BF16 payloads, and refuses an index off the first axis."""
+    import torch
+    from safetensors.torch import save_file as save_torch
+
+    from ninfer.frontend.checkpoint import Checkpoint, TensorInfo
+
+    x = torch.randn(3, 2, 5)
+    tensors = {"f32": x, "f16": x.half(), "bf16": x.bfloat16()}
+    save_torch(tensors, str(tmp_path / "t.safetensors"))
+    infos = {n: TensorInfo(n, tmp_path / "t.safetensors", tuple(t.shape),
+                           {"f32": "F32", "f16": "F16", "bf16": "BF16"}[n])
+             for n, t in tensors.items()}
+    ckpt = Checkpoint(tmp_path, None, {}, infos, {}, {}, {})  # type: ignore[arg-type]
+    for name, t in tensors.items():
+        for i in range(3):
+            np.testing.assert_array_equal(ckpt.load_index(name, i), t[i].float().numpy())
+    with pytest.raises(FrontendError, match="index 3 outside"):
+        ckpt.load_index("f16", 3)

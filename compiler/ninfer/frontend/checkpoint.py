@@ -43,14 +43,37 @@ class Checkpoint:
             return np.asarray(f.get_tensor(name), dtype=np.float32)
 
 
-def _read_raw(info: TensorInfo) -> np.ndarray:
-    """bfloat16 has no numpy dtype: read the payload bytes straight from the file."""
+    def load_index(self, name: str, index: int) -> np.ndarray:
+        """tensor[index] (along its first axis) as float32, reading only its bytes: one
+        expert of a fused [experts, ...] tensor without the others."""
+        info = self.tensors.get(name)
+        if info is None:
+            raise FrontendError(f"{self.directory}: tensor '{name}' not found in the checkpoint")
+        if not info.shape or not 0 <= index < info.shape[0]:
+            raise FrontendError(f"{name}: index {index} outside its first axis {info.shape}")
+        dtype = _NUMPY_DTYPES.get(info.dtype)
+        if dtype is None:
+            raise FrontendError(f"{name}: dtype {info.dtype} cannot be sliced here")
+        row = int(np.prod(info.shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+        raw = _read_raw(info, index * row, row).view(dtype).reshape(info.shape[1:])
+        if info.dtype == "BF16":
+            return (raw.astype(np.uint32) << 16).view(np.float32)
+        return raw.astype(np.float32)
+
+
+_NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
+
+
+def _read_raw(info: TensorInfo, skip: int = 0, length: int | None = None) -> np.ndarray:
+    """bfloat16 has no numpy dtype: read the payload bytes straight from the file (as
+    uint16; with `length`, that many bytes from `skip` on, as uint8)."""
     with open(info.file, "rb") as fh:
         header_len = int.from_bytes(fh.read(8), "little")
         header = json.loads(fh.read(header_len))
         start, end = header[info.name]["data_offsets"]
-        fh.seek(8 + header_len + start)
-        return np.frombuffer(fh.read(end - start), dtype=np.uint16)
+        fh.seek(8 + header_len + start + skip)
+        data = fh.read(end - start - skip if length is None else length)
+        return np.frombuffer(data, dtype=np.uint8 if length is not None else np.uint16)
 
 
 def _read_json(path: Path, required: bool) -> dict[str, Any]:

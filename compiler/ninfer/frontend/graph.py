@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -64,7 +65,11 @@ class ModelGraph:
         raise KeyError(name)
 
     def load_weight(self, ckpt: Checkpoint, spec: WeightSpec) -> np.ndarray:
-        parts = [ckpt.load(src) for src in spec.sources]
+        if spec.transform.startswith("expert:"):  # one expert of a fused [E, ...] tensor
+            parts = [ckpt.load_index(spec.sources[0], int(spec.transform.split(":")[1]))]
+            spec = dataclasses.replace(spec, transform="")
+        else:
+            parts = [ckpt.load(src) for src in spec.sources]
         if spec.transform:
             out = np.ascontiguousarray(
                 self.traits.transform(spec.transform, parts, self.config), dtype=np.float32)

@@ -320,8 +320,6 @@ def transform_weight(transform: str, parts: list[np.ndarray], cfg: ModelConfig,
         return parts[0].reshape(parts[0].shape[0], -1)
     if transform == "row":  # a [1, n] weight as [n]
         return parts[0].reshape(-1)
-    if transform.startswith("expert:"):  # one expert of a fused [E, ...] tensor
-        return parts[0][int(transform.split(":")[1])]
     if transform in ("query", "gate"):
         q, g = split_gated_query(parts[0], cfg.num_heads, cfg.head_dim)
         return q if transform == "query" else g
