@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import json
 import shutil
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -409,3 +410,27 @@ def _yarn_checkpoint(qwen3_model: CompiledModel, ckpt: Path, base: dict[str, Any
         config["rope_theta"] = 1e6
         (ckpt / "config.json").write_text(json.dumps(config, indent=2))
         (ckpt / "ninfer-test.json").write_text(json.dumps({**base, "generator": generator}))
+
+
+def send_completion(srv: Any, body: dict[str, Any]) -> socket.socket:
+    """POST body to srv's /v1/completions on a raw socket, not waiting for the answer (sent
+    while the server is SIGSTOPped, the kernel queues it); read it with read_response."""
+    host, port = srv.base_url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)))
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Content-Type: application/json\r\nContent-Length: "
+              + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+def read_response(s: socket.socket) -> dict[str, Any]:
+    """The 200 response's JSON body of a send_completion socket (closes it)."""
+    raw = b""
+    s.settimeout(300)
+    while chunk := s.recv(65536):
+        raw += chunk
+    s.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), raw[:500]
+    return json.loads(body)

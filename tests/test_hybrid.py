@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import read_response, send_completion
 from ninfer.runtime import Server
 
 pytestmark = pytest.mark.e2e
@@ -73,37 +73,16 @@ def test_prompt_over_five_prefill_chunks_matches_transformers(hybrid):
     assert r.json()["choices"][0]["token_ids"] == _hf_greedy(model, ids, 32)
 
 
-def _send(srv: Server, body: dict) -> socket.socket:
-    host, port = srv.base_url.removeprefix("http://").split(":")
-    s = socket.create_connection((host, int(port)))
-    data = json.dumps(body).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-              b"Content-Type: application/json\r\nContent-Length: "
-              + str(len(data)).encode() + b"\r\n\r\n" + data)
-    return s
-
-
-def _response(s: socket.socket) -> dict:
-    raw = b""
-    s.settimeout(300)
-    while chunk := s.recv(65536):
-        raw += chunk
-    s.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), raw[:500]
-    return json.loads(body)
-
-
 def _together(srv: Server, bodies: list[dict]) -> list[dict]:
     """The bodies submitted while the server is stopped (the kernel queues the
     connections), so they are admitted into the same steps whatever the machine's speed."""
     assert srv.proc is not None
     os.kill(srv.proc.pid, signal.SIGSTOP)
     try:
-        sockets = [_send(srv, b) for b in bodies]
+        sockets = [send_completion(srv, b) for b in bodies]
     finally:
         os.kill(srv.proc.pid, signal.SIGCONT)
-    return [_response(s) for s in sockets]
+    return [read_response(s) for s in sockets]
 
 
 def test_four_streams_in_one_batch_equal_their_solo_runs_and_transformers(hybrid):
@@ -153,7 +132,7 @@ def test_state_slots_are_freed_by_cancellation_and_reused_from_zero(hybrid):
     assert _metric(srv, "ninfer:state_slots_total") == 8  # the compiled concurrency
     prompts = _prompts()
     for ids in prompts:  # streams dropped after their first tokens
-        s = _send(srv, _body(ids, max_tokens=150, stream=True))
+        s = send_completion(srv, _body(ids, max_tokens=150, stream=True))
         s.settimeout(300)
         got = b""
         while b"data:" not in got:  # a token was sampled: the sequence is running

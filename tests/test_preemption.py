@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import read_response, send_completion
 from ninfer.runtime import Server
 
 pytestmark = pytest.mark.e2e
@@ -58,27 +58,6 @@ def _body(ids: list[int]) -> dict:
             "return_token_ids": True}
 
 
-def _send(srv: Server, body: dict) -> socket.socket:
-    host, port = srv.base_url.removeprefix("http://").split(":")
-    s = socket.create_connection((host, int(port)))
-    data = json.dumps(body).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-              b"Content-Type: application/json\r\nContent-Length: "
-              + str(len(data)).encode() + b"\r\n\r\n" + data)
-    return s
-
-
-def _response(s: socket.socket) -> dict:
-    raw = b""
-    s.settimeout(300)
-    while chunk := s.recv(65536):
-        raw += chunk
-    s.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), raw[:500]
-    return json.loads(body)
-
-
 def test_preempted_requests_recompute_to_their_solo_tokens(small_pool_model: Path,
                                                            tmp_path: Path) -> None:
     log = tmp_path / "requests.jsonl"
@@ -95,10 +74,10 @@ def test_preempted_requests_recompute_to_their_solo_tokens(small_pool_model: Pat
         assert srv.proc is not None
         os.kill(srv.proc.pid, signal.SIGSTOP)
         try:
-            sockets = [_send(srv, _body(ids)) for ids in prompts]
+            sockets = [send_completion(srv, _body(ids)) for ids in prompts]
         finally:
             os.kill(srv.proc.pid, signal.SIGCONT)
-        together = [_response(s)["choices"][0]["token_ids"] for s in sockets]
+        together = [read_response(s)["choices"][0]["token_ids"] for s in sockets]
         # A reply is sent before the engine loop frees the request's blocks and publishes
         # the gauges: wait for the pool to drain (bounded only against a hang).
         deadline = time.monotonic() + 30
