@@ -1,7 +1,8 @@
 """The GPU check, on a lent GPU machine: CUDA ninfer-server builds prepared by
 scripts/gpu_check.sh against transformers, with CUDA graphs on and off, one request at a
 time and several at once; memcheck; decode speed of a Qwen3-0.6B-shaped model with
-transformers on the same GPU as the peer.
+transformers on the same GPU as the peer. The hybrid builds (Gated DeltaNet, dense and
+MoE) against transformers' own recurrent cache.
 
 Needs only python3 with torch, transformers, httpx, numpy, safetensors, xxhash and jinja2
 (as on the lent H200 image); it imports ninfer from this checkout, without TVM
@@ -79,7 +80,8 @@ def check_tokens(tag: str, r: dict, want: list[int]) -> bool:
     return ok
 
 
-def parity(build: Path, prompts: list[list[int]], expected: list[list[int]]) -> int:
+def parity(build: Path, prompts: list[list[int]], expected: list[list[int]],
+           **request: object) -> int:
     """Greedy tokens = transformers: one at a time, 2 and 4 at once; graphs on and off."""
     from ninfer.runtime import Server
 
@@ -89,10 +91,10 @@ def parity(build: Path, prompts: list[list[int]], expected: list[list[int]]) -> 
         with Server(build, extra_args=extra) as srv:
             for ids, want in zip(prompts, expected, strict=True):
                 failures += not check_tokens(f"{build.name} {mode} batch 1",
-                                             complete(srv.client, ids, 32), want)
+                                             complete(srv.client, ids, 32, **request), want)
             for width in (2, 4):
                 with ThreadPoolExecutor(width) as pool:
-                    rs = list(pool.map(lambda ids: complete(srv.client, ids, 32),
+                    rs = list(pool.map(lambda ids: complete(srv.client, ids, 32, **request),
                                        prompts[:width]))
                 for r, want in zip(rs, expected, strict=False):
                     failures += not check_tokens(f"{build.name} {mode} batch {width}", r, want)
@@ -188,6 +190,40 @@ def bench(root: Path) -> None:
     print(f"greedy agreement with transformers: first {same} of {n} tokens identical")
 
 
+def hf_greedy_cached(model, ids: list[int], n: int) -> list[int]:
+    """n argmax tokens through the model's own cache (the hybrids' recurrent state),
+    past any end-of-sequence token (the server is asked to ignore it too)."""
+    import torch
+
+    out: list[int] = []
+    with torch.no_grad():
+        step = model(torch.tensor([ids]), use_cache=True)
+        for _ in range(n):
+            out.append(int(step.logits[0, -1].argmax()))
+            step = model(torch.tensor([out[-1:]]), past_key_values=step.past_key_values,
+                         use_cache=True)
+    return out
+
+
+def hybrid_parity(root: Path) -> int:
+    """The hybrid builds (hybrid-NAME, checkpoint hybrid-NAME-checkpoint): greedy tokens =
+    transformers fp32 for prompts up to 5 prefill chunks, 1, 2 and 4 at once, graphs on
+    and off (a padded graph row must not touch a live sequence's recurrent state)."""
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+
+    failures = 0
+    rng = np.random.default_rng(21)
+    prompts = [rng.integers(0, 2000, n).tolist() for n in (5, 23, 40, 70)]
+    for build in sorted(p for p in root.glob("hybrid-*") if (p / "model.ninfer").exists()):
+        hf = AutoModelForCausalLM.from_pretrained(root / f"{build.name}-checkpoint",
+                                                  dtype="float32").eval()
+        want = [hf_greedy_cached(hf, ids, 32) for ids in prompts]
+        failures += parity(build, prompts, want, ignore_eos=True)
+    print(f"hybrids: {failures} mismatches")
+    return failures
+
+
 def run(root: Path) -> int:
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -230,6 +266,7 @@ def run(root: Path) -> int:
     print(f"{failures} mismatches")
     for build in builds:
         failures += sanitize(build, prompts[1], wants[build][1])
+    failures += hybrid_parity(root)
     if (root / "bench-h200" / "ninfer-server").exists():
         bench(root)
     return 1 if failures else 0

@@ -2,7 +2,8 @@
 # The GPU check, in two halves because the lent GPU machine has no package registry:
 #   bash scripts/gpu_check.sh prepare TARGET   # here: compile the tiny Qwen3 for TARGET
 #                                              # (coop and tvm prefill projections; bf16
-#                                              # weights with an f16 KV cache; q8g32) and a
+#                                              # weights with an f16 KV cache; q8g32), the
+#                                              # tiny hybrids (Qwen3.5, Qwen3-Next MoE) and a
 #                                              # 0.6B-shaped bench model (no artifact)
 #   bash scripts/gpu_check.sh run              # there: parity with transformers (graphs
 #                                              # on/off, 1/2/4 streams), memcheck, speed
@@ -43,6 +44,17 @@ for t in (target, "cpu"):
     tiny("kvf16-bf16", t, weights="bf16", kv_dtype="f16")
 # Group-quantized weights (hand-written CUDA kernels).
 tiny("q8g32", target, weights="q8g32", kv_dtype="f32")
+# Hybrids: Qwen3.5 (Gated DeltaNet + gated attention, f32: cooperative GDN projections)
+# and Qwen3-Next (MoE, f16 weights), each beside its checkpoint for transformers.
+for name in ("qwen35-tiny", "qwen3next-tiny"):
+    hybrid = compiled(name)
+    out = root / f"hybrid-{name}"
+    shutil.copytree(hybrid.checkpoint, root / f"hybrid-{name}-checkpoint")
+    compile_model(CompileOptions(model_dir=hybrid.checkpoint, target=target, out_dir=out,
+                                 model_id=name, max_context=MAX_CONTEXT,
+                                 prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+                                 python_module=False, kv_dtype="f32"))
+    tidy(out)
 # The 0.6B-shaped bench model: built here without its 3 GB artifact, which
 # gpu_check.py writes there from a checkpoint it makes with the same seed and shapes.
 ckpt = Path("build/bench-0.6b-checkpoint")

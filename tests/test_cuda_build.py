@@ -8,10 +8,12 @@ its artifact and device checks, with the GPUs hidden); the tests marked `gpu`
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -258,3 +260,151 @@ def test_verifier_failure_leaves_its_dump(tmp_path):
     kernels = json.loads((dump / "kernels.json").read_text())
     assert {k["name"] for k in kernels["kernels"]} == {la["spec"] for la in kernels["launches"]}
     assert json.loads((dump / "plan.json").read_text())["limits"]["prefill_chunk"] == 32
+
+
+# ---- hybrid models (Gated DeltaNet + gated attention, dense and MoE) ----
+
+GDN_ROLES = ("gdn_qkv", "gdn_z", "gdn_ba", "gdn_out", "q_gate")
+QWEN35_27B = Path(__file__).parent.parent / "benchmarks" / "configs" / "qwen3.5-27b.json"
+
+
+@pytest.fixture(scope="module", params=GPU_TARGETS)
+def hybrid_verified(request, qwen35_model):
+    """qwen35-tiny (f32 weights: every projection cooperative at prefill) for each GPU
+    target: kernels, proofs and sources; the server linked for LINKED_TARGETS."""
+    from ninfer.pipeline import CompileOptions
+
+    name = request.param
+    out = TEST_MODELS / f"qwen35-tiny-{name}"
+    compile_once(CompileOptions(
+        model_dir=qwen35_model.checkpoint, target=name, out_dir=out, model_id="qwen35-tiny",
+        max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+        python_module=False, build=name in LINKED_TARGETS))
+    return name, out
+
+
+def test_hybrid_compiles_verifies_and_links_for_every_gpu_target(hybrid_verified):
+    """The Gated DeltaNet kernels (conv, gates, recurrence, output norm) and the gated
+    attention's sigmoid gate are compiled for the target's arch and every launch fits at
+    every row count; the GDN input projections (the gating projection [b|a] among them)
+    and the gated query run through the cooperative family on derived, verified routes;
+    the state pool has the padding rows' spare slot."""
+    name, out = hybrid_verified
+    target = load_target(name)
+    report = json.loads((out / "compile_report.json").read_text())
+    kernels = [row["kernel"] for row in report["launches"]]
+    for family in ("gdn_conv_", "gdn_gate_", "gdn_recurrent_", "gdn_norm_", "sigmoid_gate_"):
+        assert any(k.startswith(family) for k in kernels), family
+    for row in report["launches"]:
+        _, hi = map(int, row["sizes"].split()[1].split(".."))
+        assert int(row["max_ok_size"]) == hi, row
+        assert int(row["threads"]) <= target.max_threads_per_block
+    routes = report["coop_routes"]
+    assert set(GDN_ROLES) <= {r["role"] for r in routes}
+    for r in routes:
+        assert r["max_grid"] <= r["resident_budget"] or r["split"] == 1, r
+    for role in GDN_ROLES:  # every prefill size is routed, without gaps
+        mine = sorted((r["min_tokens"], r["max_tokens"]) for r in routes if r["role"] == role)
+        assert mine[0][0] == 1 and mine[-1][1] == PREFILL_CHUNK
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(mine))
+    memory = report["plan"]["memory"]
+    assert memory["state_slots"] == 4 + 1
+    model_cpp = (out / "src" / "model.cpp").read_text()
+    assert "constexpr int kStateSlots = 5;" in model_cpp
+    assert "real ? b.slots[i] : kStateSlots - 1" in model_cpp
+    assert "coop_proj_k128_n8(" in model_cpp  # [b|a]: 2 x 4 value heads
+    assert (out / "ninfer-server").exists() == (name in LINKED_TARGETS)
+
+
+def test_moe_hybrid_builds_for_cuda(qwen3next_model):
+    """Qwen3-Next (8 experts, top-2, a shared expert; f16 weights) for h100: the router
+    and combine kernels are launched and verified up to the routed rows of a chunk
+    (chunk x top_k for the gather), the server links, and its steps run eagerly (the
+    expert grouping reads the routing on the host, which a CUDA graph cannot capture)."""
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    out = TEST_MODELS / "qwen3next-tiny-h100"
+    result = compile_model(CompileOptions(
+        model_dir=qwen3next_model.checkpoint, target="h100", out_dir=out,
+        model_id="qwen3next-tiny", max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
+        python_module=False, kv_dtype="f32"))
+    rows = {row["kernel"]: row for row in result.report.to_json()["launches"]}
+    assert any(k.startswith("moe_router_e8_k2_norm") for k in rows)
+    assert any(k.startswith("moe_combine_") for k in rows)
+    gather = next(r for k, r in rows.items() if k.startswith(f"embedding_v{PREFILL_CHUNK}_"))
+    assert gather["sizes"] == f"tokens 1..{PREFILL_CHUNK * 2}"
+    for row in rows.values():
+        _, hi = map(int, row["sizes"].split()[1].split(".."))
+        assert int(row["max_ok_size"]) == hi, row
+    model_cpp = (out / "src" / "model.cpp").read_text()
+    assert "const bool graphs = false;" in model_cpp
+    assert "graphs_.run((uint64_t(n) << 16)" not in model_cpp
+    assert result.server.exists()
+
+
+def _gdn_routes(name: str, roles: tuple[str, ...], max_tokens: int):
+    from ninfer.kernels.cuda.coop import coop_family
+    from ninfer.occupancy.coop import compile_coop_family, route_coop
+    from ninfer.occupancy.explain import CUDA_CACHE, projection_shapes
+    from ninfer.occupancy.resources import nvcc_resources
+
+    target = load_target(name)
+    shapes = projection_shapes(QWEN35_27B)
+    out = {}
+    for role in roles:
+        family = coop_family(*shapes[role])
+        resources = compile_coop_family(family, target.arch, nvcc_resources(CUDA_CACHE))
+        out[role] = (route_coop(target, family, resources, max_tokens), resources)
+    return target, out
+
+
+def test_gdn_projection_routes_fit_an_80_sm_card_at_every_chunk():
+    """Qwen3.5-27B's Gated DeltaNet projections on the RTX 4080 SUPER (80 SMs), up to a
+    4096-token prefill chunk: at every token count the routed variant's grid is at most
+    80 x the CTAs/SM its real registers and shared memory allow (occupancy recomputed
+    here from nvcc's numbers, not taken from the router). The gating projection [b|a]
+    (5120 -> 96) runs split8 only while 8 x ceil(n / 64) CTAs are resident, then steps
+    down; a budget written for 128 SMs would launch split8 past that and fail."""
+    from ninfer.occupancy import occupancy
+
+    max_tokens = 4096
+    target, routed = _gdn_routes("rtx4080s", ("gdn_qkv", "gdn_z", "gdn_ba", "gdn_out"),
+                                 max_tokens)
+    assert target.sm_count == 80
+    for role, (router, resources) in routed.items():
+        for tokens in range(1, max_tokens + 1):
+            v = router.variant_for(tokens)
+            if not v.cooperative:
+                continue
+            res = resources[v.name()]
+            smem = res.static_smem_bytes + v.launch_shape().dynamic_smem.evaluate({"n": tokens})
+            per_sm = occupancy(target, v.threads, res.registers, smem).ctas_per_sm
+            assert v.grid(tokens) <= 80 * per_sm, (role, tokens, v.name())
+    ba = routed["gdn_ba"][0]
+    assert ba.variant_for(1).split == 8 and ba.variant_for(max_tokens).split < 8
+
+
+def test_gdn_gating_routes_differ_between_4080_super_and_4090():
+    """Same kernels (sm_89), different SM counts: the 4090 (128 SMs) keeps split8 for
+    the gating projection to a larger chunk than the 4080 SUPER (80 SMs)."""
+    def split8_limit(name: str) -> int:
+        _, routed = _gdn_routes(name, ("gdn_ba",), 4096)
+        router = routed["gdn_ba"][0]
+        return max(r.max_tokens for r in router.routes if r.variant.split == 8)
+
+    small, big = split8_limit("rtx4080s"), split8_limit("rtx4090")
+    assert small < big
+    assert small * 128 // 80 // 64 == big // 64  # the budget scales with the SM count
+
+
+def test_readme_gdn_route_table_is_what_the_compiler_derives():
+    """The README's route table of Qwen3.5-27B's Gated DeltaNet projections is the
+    explain tool's output now (nvcc's numbers for every target)."""
+    from ninfer.occupancy.explain import ExplainArgs, explain_markdown
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("<!-- gdn-routes:begin -->\n")[1].split("\n<!-- gdn-routes:end -->")[0]
+    derived = explain_markdown(ExplainArgs(
+        tuple(GPU_TARGETS), max_tokens=4096, config=QWEN35_27B, markdown=True,
+        roles=("gdn_qkv", "gdn_z", "gdn_ba", "gdn_out")))
+    assert table == derived, "README GDN route table is stale; rerun its command"

@@ -139,3 +139,28 @@ def test_resident_budget_is_capped_by_the_schedule(rtx4090):
 def test_cpu_target_has_no_occupancy():
     with pytest.raises(OccupancyError, match="not a CUDA target"):
         occupancy(load_target("cpu"), 128, 32, 0)
+
+
+def test_projection_shapes_of_a_hybrid_config():
+    """explain --config: the prefill projections of Qwen3.5-27B's published shapes, the
+    Gated DeltaNet ones ([q|k|v] 2 x 16 x 128 + 48 x 128, z, the gating projection [b|a]
+    of 2 x 48 value heads, out) beside the gated attention's and the MLP's."""
+    from pathlib import Path
+
+    from ninfer.occupancy.explain import projection_shapes
+
+    config = Path(__file__).parent.parent / "benchmarks" / "configs" / "qwen3.5-27b.json"
+    shapes = projection_shapes(config)
+    assert shapes["gdn_qkv"] == (5120, 10240) and shapes["gdn_z"] == (5120, 6144)
+    assert shapes["gdn_ba"] == (5120, 96) and shapes["gdn_out"] == (6144, 5120)
+    assert shapes["q_gate"] == shapes["q"] == (5120, 24 * 256)
+    assert shapes["k"] == (5120, 4 * 256) and shapes["down"] == (17408, 5120)
+
+
+def test_explain_markdown_needs_a_config():
+    from click.testing import CliRunner
+
+    from ninfer.occupancy.explain import main
+
+    r = CliRunner().invoke(main, ["--target", "rtx4080s", "--markdown"])
+    assert r.exit_code != 0 and "--markdown needs --config" in r.output

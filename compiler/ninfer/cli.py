@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from ninfer.paths import DEFAULT_BUILD_DIR
-from ninfer.report import LAUNCH_COLUMNS, LaunchRow
+from ninfer.report import LAUNCH_COLUMNS, CoopRouteRow, LaunchRow
 from ninfer.targets import available_targets
 
 DEMO_DIR = DEFAULT_BUILD_DIR / "demo-checkpoint"
@@ -142,6 +142,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                   f"{limits.prefill_chunk}, concurrency {limits.max_concurrency}")
     if explain:
         _print_launches(report.launches, target)
+        _print_coop_routes(report.coop_routes, target)
     for stage, seconds in report.stage_seconds.items():
         console.print(f"  {stage:<10} {seconds:7.2f} s")
     mem, kv = report.plan.memory, report.plan.kv
@@ -149,7 +150,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                   f"KV {mem.kv_bytes / 2**20:.1f} MiB, activations "
                   f"{mem.activation_bytes / 2**20:.1f} MiB"
                   + (f", recurrent state {mem.state_bytes / 2**20:.1f} MiB "
-                     f"({limits.max_concurrency} slots)" if mem.state_bytes else ""))
+                     f"({mem.state_slots} slots)" if mem.state_bytes else ""))
     console.print(f"  KV pool: {kv.tokens} tokens in {kv.blocks - 1} blocks of "
                   f"{kv.block_size} ({kv.dtype}, {kv.bytes_per_token} B per token)")
     spent = ("weights, activations, workspace and state" if mem.state_bytes
@@ -176,6 +177,23 @@ def _print_launches(rows: tuple[LaunchRow, ...], target: str) -> None:
     for row in rows:
         table.add_row(*row.cells())
     console.print(table, width=max(console.width, 150))
+
+
+def _print_coop_routes(rows: tuple[CoopRouteRow, ...], target: str) -> None:
+    """Per prefill projection: which variant each token range runs, derived from the
+    variants' real occupancy on the target (its largest grid against the budget)."""
+    from rich.table import Table
+
+    if not rows:
+        return
+    table = Table(title=f"cooperative prefill projections: routes on {target}")
+    for column in ("role", "k x n", "tokens", "variant", "max grid", "resident budget"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r.role, f"{r.k} x {r.n_out}", f"{r.min_tokens}..{r.max_tokens}",
+                      f"split{r.split}" if r.split > 1 else "unsplit", str(r.max_grid),
+                      str(r.resident_budget) if r.resident_budget else "-")
+    console.print(table, width=max(console.width, 100))
 
 
 if __name__ == "__main__":

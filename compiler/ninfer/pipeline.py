@@ -26,7 +26,7 @@ from ninfer.kernels.cuda.module import CudaLaunch
 from ninfer.options import CompileOptions
 from ninfer.paths import DEFAULT_BUILD_DIR
 from ninfer.plan import Plan, make_plan
-from ninfer.report import CompileReport, LaunchRow, launch_rows
+from ninfer.report import CompileReport, CoopRouteRow, LaunchRow, coop_route_rows, launch_rows
 from ninfer.targets import Target, load_target
 
 if TYPE_CHECKING:
@@ -85,9 +85,10 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     #    make is proven to fit (launch verifier, coop routes); a violation stops here.
     with stage("kernels"):
         launches: tuple[LaunchRow, ...] = ()
+        routes: tuple[CoopRouteRow, ...] = ()
         backend: Backend
         if target.is_cuda:
-            backend, launches = _cuda_stages(plan, target, model.graph.config.num_heads,
+            backend, launches, routes = _cuda_stages(plan, target, model.graph.config.num_heads,
                                              opts, dump)
         else:
             from ninfer.codegen import CpuBackend
@@ -141,7 +142,8 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
                             *opts.limit_notes(positions),
                             *(() if opts.build else (
                                 "--no-build: sources in src/, not built; the chat-template "
-                                "check runs with the build",))))
+                                "check runs with the build",))),
+                           routes)
     report_path = out_dir / "compile_report.json"
     report_path.write_text(json.dumps(report.to_json(), indent=2))
     dump.json("report.json", report.to_json())
@@ -162,7 +164,8 @@ def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
 
 
 def _cuda_stages(plan: Plan, target: Target, num_heads: int, opts: CompileOptions,
-                 dump: Dump) -> tuple[CudaBackend, tuple[LaunchRow, ...]]:
+                 dump: Dump
+                 ) -> tuple[CudaBackend, tuple[LaunchRow, ...], tuple[CoopRouteRow, ...]]:
     """Kernels -> occupancy -> the codegen values of a CUDA target; the proof is dumped
     (launches.json) before a violation is raised."""
     from ninfer.codegen import cuda_backend
@@ -176,10 +179,12 @@ def _cuda_stages(plan: Plan, target: Target, num_heads: int, opts: CompileOption
     verified = verify_cuda_model(module, target, plan, num_heads, resources,
                                  coop=opts.projections(target) == "coop")
     rows = launch_rows(verified.reports)
+    routes = coop_route_rows(verified.coop)
     dump.json("launches.json", {"launches": [r.to_json() for r in rows],
+                                "coop_routes": [r.to_json() for r in routes],
                                 "violations": [str(v) for v in verified.violations]})
     verified.raise_if_failed()
-    return cuda_backend(verified, plan.limits.prefill_chunk, str(find_nvcc())), rows
+    return cuda_backend(verified, plan.limits.prefill_chunk, str(find_nvcc())), rows, routes
 
 
 def _kernel_table(plan: Plan, launches: Sequence[CudaLaunch] = ()) -> dict[str, object]:

@@ -157,8 +157,10 @@ class MemoryPlan:
     workspace_bytes: int
     budget_bytes: int
     # hybrid models: the recurrent state of every sequence slot (conv and SSM state of
-    # each Gated DeltaNet layer, float32)
+    # each Gated DeltaNet layer, float32), in state_slots slots (the sequences, plus the
+    # padding rows' slot on CUDA)
     state_bytes: int = 0
+    state_slots: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -253,9 +255,6 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     bias = graph.traits.qkv_bias
 
     hybrid = graph.traits if isinstance(graph.traits, HybridTraits) else None
-    if hybrid and target.is_cuda:
-        raise PlanError(f"{cfg.architecture} is a hybrid (Gated DeltaNet) model; its kernels "
-                        f"exist for the cpu target only so far, not for {target.name}")
     attn_layers = len(hybrid.attention_layers) if hybrid else cfg.num_layers
     rotary = graph.rope_dims
 
@@ -265,6 +264,10 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                "act": inter}
     chunk, conc = limits.prefill_chunk, limits.max_concurrency
     state_bytes = 0
+    # Recurrent-state slots: one per sequence, plus on CUDA the slot of the padding rows
+    # of a replayed step graph (a padding row is at position 0, which would otherwise
+    # reset the state of the slot it names).
+    state_slots = conc + (1 if target.is_cuda else 0)
     if hybrid:
         buffers |= {"qgate": q_dim, "gdn_in": hybrid.conv_dim, "gdn_mixed": hybrid.conv_dim,
                     "gdn_z": hybrid.value_width, "gdn_ba": 2 * hybrid.v_heads,
@@ -276,7 +279,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                         "ex_gu": K * 2 * hybrid.moe_inter, "ex_act": K * hybrid.moe_inter,
                         "ex_out": K * h, "sh_gu": 2 * hybrid.shared_inter,
                         "sh_act": hybrid.shared_inter}
-        state_bytes = 4 * conc * len(hybrid.linear_layers) * (
+        state_bytes = 4 * state_slots * len(hybrid.linear_layers) * (
             (hybrid.conv_kernel - 1) * hybrid.conv_dim
             + hybrid.v_heads * hybrid.k_dim * hybrid.v_dim)
     weights_bytes = sum(weight_bytes(w, weights, target) for w in graph.weights)
@@ -303,7 +306,8 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
             f"the model does not fit {target.name}'s memory budget of "
             f"{_size(target.memory_bytes)}: weights {_size(weights_bytes)} + activations "
             f"{_size(activation_bytes)} + workspace {_size(workspace_bytes)}"
-            + (f" + recurrent state {_size(state_bytes)} ({conc} slots)" if state_bytes else "")
+            + (f" + recurrent state {_size(state_bytes)} ({state_slots} slots)"
+               if state_bytes else "")
             + " leave "
             f"{_size(max(0, left))} for the KV cache, which needs {_size(kv_need)} for "
             f"{max(blocks, need) - 1} blocks of {bs} tokens ({block_bytes} B each in {kvd}; "
@@ -315,7 +319,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                 tuple((f, b, max(0, left) // (b * bs) * bs) for f, b in per_token.items()))
     memory = MemoryPlan(weights_bytes, blocks * block_bytes, activation_bytes,
                         workspace_bytes=workspace_bytes, budget_bytes=target.memory_bytes,
-                        state_bytes=state_bytes)
+                        state_bytes=state_bytes, state_slots=state_slots if hybrid else 0)
 
     def _matmul(k: int, n: int, b: bool, schedule: Literal["gemv", "gemm"], role: str
                 ) -> MatmulSpec:
@@ -354,9 +358,10 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         t = hybrid
         kernels |= {
             "attn_gate": SigmoidGateSpec(q_dim),
-            "gdn_conv": GdnConvSpec(t.conv_dim, t.conv_kernel, conc),
+            "gdn_conv": GdnConvSpec(t.conv_dim, t.conv_kernel, state_slots),
             "gdn_gate": GdnGateSpec(t.v_heads),
-            "gdn_recurrent": GdnRecurrentSpec(t.k_heads, t.v_heads, t.k_dim, t.v_dim, conc),
+            "gdn_recurrent": GdnRecurrentSpec(t.k_heads, t.v_heads, t.k_dim, t.v_dim,
+                                              state_slots),
             "gdn_norm": GdnNormSpec(t.v_heads, t.v_dim, cfg.rms_norm_eps),
         }
         shapes = [("q_gate", h, q_dim), ("gdn_qkv", h, t.conv_dim), ("gdn_z", h, t.value_width),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ninfer import __version__
+from ninfer.occupancy.coop import CoopRouter
 from ninfer.occupancy.verifier import VerificationReport, table_rows
 from ninfer.plan import Plan
 from ninfer.targets import Target
@@ -41,6 +43,40 @@ def launch_rows(reports: list[VerificationReport]) -> tuple[LaunchRow, ...]:
 
 
 @dataclass(frozen=True)
+class CoopRouteRow:
+    """One derived route of a cooperative projection (occupancy.coop): token counts
+    min_tokens..max_tokens of `role` (k x n_out) run `variant` (split 1: unsplit), whose
+    largest grid there is max_grid CTAs against the verified resident budget (0: not
+    cooperative, no budget applies)."""
+
+    role: str
+    k: int
+    n_out: int
+    min_tokens: int
+    max_tokens: int
+    split: int
+    variant: str
+    max_grid: int
+    resident_budget: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def coop_route_rows(routers: Mapping[str, CoopRouter]) -> tuple[CoopRouteRow, ...]:
+    """The routes of every routed role, in role order."""
+    rows = []
+    for role, router in routers.items():
+        for r in router.routes:
+            check = router.check(r)
+            v = r.variant
+            rows.append(CoopRouteRow(role, v.k, v.n_out, r.min_tokens, r.max_tokens, v.split,
+                                     v.name(), check.max_grid,
+                                     (check.resident_budget or 0) if v.cooperative else 0))
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
 class CompileReport:
     model_id: str
     architecture: str
@@ -51,6 +87,7 @@ class CompileReport:
     launches: tuple[LaunchRow, ...]  # CUDA: every launch the runtime can make
     stage_seconds: dict[str, float]
     notes: tuple[str, ...] = ()  # what the compile chose for options not given
+    coop_routes: tuple[CoopRouteRow, ...] = ()  # CUDA: the prefill projections' routes
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +99,7 @@ class CompileReport:
             "kernels": [{"name": name, "family": family} for name, family in self.kernels],
             "generated": list(self.generated),
             "launches": [row.to_json() for row in self.launches],
+            "coop_routes": [row.to_json() for row in self.coop_routes],
             "stage_seconds": self.stage_seconds,
             "notes": list(self.notes),
         }

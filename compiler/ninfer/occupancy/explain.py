@@ -4,6 +4,10 @@ Compiles the cooperative split-K projection family for the target's arch (cached
 build/.cuda-cache), derives the token ranges each variant serves, verifies every route
 and prints the tables: per variant (registers, shared memory, CTAs/SM, resident budget,
 largest token count it fits), the routes, and the verifier's table of the routes.
+
+With `--config config.json` (a checkpoint's config) the projections are the model's
+prefill projections that the family serves (projection_shapes), each routed on every
+target; `--markdown` prints those routes as one table (the README's route table).
 """
 
 from __future__ import annotations
@@ -28,10 +32,74 @@ class ExplainArgs:
     max_tokens: int = 2048
     cache_dir: Path = CUDA_CACHE
     plain: bool = False
+    config: Path | None = None
+    markdown: bool = False
+    roles: tuple[str, ...] = ()  # with config: only these projections (all when empty)
 
 
 def route_label(split: int) -> str:
     return f"split{split}" if split > 1 else "unsplit"
+
+
+def projection_shapes(config_path: Path) -> dict[str, tuple[int, int]]:
+    """role -> (k, n_out) of the prefill projections of the model a config.json describes
+    (the plan's matmul roles the cooperative family serves; a hybrid's Gated DeltaNet
+    projections first, the gating projection [b|a] among them)."""
+    import json
+
+    from ninfer.frontend.config import ModelConfig
+    from ninfer.frontend.hybrid import HYBRID_ARCHITECTURES, hybrid_traits
+
+    cfg = ModelConfig.from_dict(json.loads(config_path.read_text()))
+    h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    shapes: dict[str, tuple[int, int]] = {}
+    if cfg.architecture in HYBRID_ARCHITECTURES:
+        t = hybrid_traits(cfg)
+        shapes |= {"gdn_qkv": (h, t.conv_dim), "gdn_z": (h, t.value_width),
+                   "gdn_ba": (h, 2 * t.v_heads), "gdn_out": (t.value_width, h),
+                   "q_gate": (h, q)}
+    shapes |= {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h),
+               "gate_up": (h, 2 * cfg.intermediate_size), "down": (cfg.intermediate_size, h)}
+    return shapes
+
+
+def _routes_text(router: object) -> str:
+    from ninfer.occupancy.coop import CoopRouter
+
+    assert isinstance(router, CoopRouter)
+    return ", ".join(f"{route_label(r.variant.split)} {r.min_tokens}..{r.max_tokens}"
+                     for r in router.routes)
+
+
+def _selected(shapes: dict[str, tuple[int, int]], roles: tuple[str, ...]
+              ) -> dict[str, tuple[int, int]]:
+    unknown = [r for r in roles if r not in shapes]
+    if unknown:
+        raise ValueError(f"--roles: {', '.join(unknown)} not among this model's projections "
+                         f"({', '.join(shapes)})")
+    return {r: s for r, s in shapes.items() if not roles or r in roles}
+
+
+def explain_markdown(args: ExplainArgs) -> str:
+    """One Markdown table: per target and distinct projection shape, its routes."""
+    from ninfer.occupancy.coop import derive_coop_routes
+    from ninfer.occupancy.resources import nvcc_resources
+
+    assert args.config is not None
+    shapes = _selected(projection_shapes(args.config), args.roles)
+    by_shape: dict[tuple[int, int], list[str]] = {}
+    for role, shape in shapes.items():
+        by_shape.setdefault(shape, []).append(role)
+    lines = ["| target | SMs | projection (k x n) | routes by prefill tokens |",
+             "|---|---|---|---|"]
+    for name in args.targets:
+        target = load_target(name)
+        for shape, roles in by_shape.items():
+            router = derive_coop_routes(target, *shape, args.max_tokens,
+                                        nvcc_resources(args.cache_dir))
+            lines.append(f"| {name} | {target.sm_count} | {' / '.join(roles)} "
+                         f"({shape[0]} x {shape[1]}) | {_routes_text(router)} |")
+    return "\n".join(lines)
 
 
 def explain(args: ExplainArgs) -> None:
@@ -42,15 +110,20 @@ def explain(args: ExplainArgs) -> None:
     from ninfer.occupancy.resources import nvcc_resources
     from ninfer.occupancy.verifier import VerificationReport, format_table, rich_table
 
+    if args.config is not None and args.markdown:
+        print(explain_markdown(args))
+        return
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)
-    for name in args.targets:
+    shapes = (_selected(projection_shapes(args.config), args.roles)
+              if args.config is not None else {"": (args.k, args.n_out)})
+    for name, (role, (k, n_out)) in ((t, item) for t in args.targets for item in shapes.items()):
         target = load_target(name)
-        router = derive_coop_routes(target, args.k, args.n_out, args.max_tokens,
+        router = derive_coop_routes(target, k, n_out, args.max_tokens,
                                     nvcc_resources(args.cache_dir))
         alone = VerificationReport(target, router.variant_checks)
-        lines = [f"coop projection k={args.k} n_out={args.n_out}, prefill chunk "
+        lines = [f"coop projection {role + ' ' if role else ''}k={k} n_out={n_out}, prefill chunk "
                  f"{args.max_tokens}: routes on {target.name}"]
         lines += [f"  tokens {r.min_tokens:>5}..{r.max_tokens:<5} -> "
                   f"{route_label(r.variant.split):<8} {r.variant.name()}"
@@ -78,8 +151,15 @@ def explain(args: ExplainArgs) -> None:
 @click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False),
               default=CUDA_CACHE, show_default=True, help="nvcc result cache.")
 @click.option("--plain", is_flag=True, help="Plain-text tables (no colors, fixed width).")
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="A checkpoint's config.json: route its prefill projections (--k and --n "
+                   "are then not used).")
+@click.option("--markdown", is_flag=True,
+              help="With --config: one Markdown table of every target's routes.")
+@click.option("--roles", default="", help="With --config: a comma-separated list of the "
+              "projections to route (e.g. gdn_qkv,gdn_ba); default all.")
 def main(targets: tuple[str, ...], k: int, n_out: int, max_tokens: int, cache_dir: Path,
-         plain: bool) -> None:
+         plain: bool, config: Path | None, markdown: bool, roles: str) -> None:
     """Print the launch verifier's tables for the coop projection family."""
     from ninfer.occupancy.verifier import LaunchVerificationError
     from ninfer.targets import TargetError
@@ -87,8 +167,11 @@ def main(targets: tuple[str, ...], k: int, n_out: int, max_tokens: int, cache_di
     if "all" in targets:
         targets = tuple(t for t in available_targets() if load_target(t).is_cuda)
     try:
-        explain(ExplainArgs(targets, k, n_out, max_tokens, cache_dir, plain))
-    except (TargetError, LaunchVerificationError, RuntimeError) as exc:
+        if markdown and config is None:
+            raise click.UsageError("--markdown needs --config")
+        explain(ExplainArgs(targets, k, n_out, max_tokens, cache_dir, plain, config, markdown,
+                            tuple(r for r in roles.split(",") if r)))
+    except (TargetError, LaunchVerificationError, RuntimeError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ninfer.kernels.cuda.coop import coop_projections
 from ninfer.kernels.cuda.module import CudaModule
+from ninfer.kernels.spec import MoeRouterSpec
 from ninfer.occupancy.coop import CoopRouter, route_projections
 from ninfer.occupancy.resources import KernelResources, ResourceSource
 from ninfer.occupancy.verifier import (
@@ -73,12 +74,20 @@ def max_rows_per_spec(plan: Plan, num_heads: int) -> dict[str, int]:
             need = min(seqs, plan.limits.gemv_max_rows)  # one logits row per sequence
         elif role in ("lm_head_gemm", "gather", "sampler"):
             need = seqs
+        elif role == "moe_gather":  # every token row's top_k routed copies
+            need = chunk * spec_top_k(plan)
         elif role.endswith("_gemv"):
             need = min(chunk, plan.limits.gemv_max_rows)
         else:
             need = chunk
         rows[spec.name()] = max(rows.get(spec.name(), 0), need)
     return rows
+
+
+def spec_top_k(plan: Plan) -> int:
+    router = plan.kernels["moe_router"]
+    assert isinstance(router, MoeRouterSpec)
+    return router.top_k
 
 
 def model_launch_specs(module: CudaModule, max_rows: Mapping[str, int]) -> list[LaunchSpec]:

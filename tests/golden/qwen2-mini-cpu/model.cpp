@@ -131,9 +131,10 @@ class GeneratedModel final : public Model {
   void run(const StepBatch& b) {
     check(b);
     // With CUDA graphs the rows are padded to a bucket (one graph per bucket x logits
-    // rows); padding rows are token 0 at position 0 of slot 0 and store their key/value
-    // in the reserved block 0.
-    const int n = backend::graphs_enabled() ? bucket(b.n) : b.n;
+    // rows); padding rows are token 0 at position 0 and store their key/value in the
+    // reserved block 0. Their slot is 0.
+    const bool graphs = backend::graphs_enabled();
+    const int n = graphs ? bucket(b.n) : b.n;
     const int m = b.n_logits;
     for (int i = 0; i < n; ++i) {
       const bool real = i < b.n;

@@ -133,8 +133,13 @@ def render_coop_source(specs: Sequence[CoopProjectionSpec]) -> str:
     return env.get_template(TEMPLATE).render(specs=[s.template_values() for s in unique])
 
 
-# Projection roles whose prefill rows may run through the family (gemm specs of the plan).
-PROJECTION_ROLES = ("q", "k", "v", "o", "gate_up", "down")
+# Projection roles whose prefill rows may run through the family (gemm specs of the plan):
+# the dense layers', and the hybrid models' (the gated attention's query + gate, the Gated
+# DeltaNet input projections [q|k|v], z and [b|a] - the gating projection whose hand-sized
+# budget crashed an 80-SM card - and its output, the MoE shared expert). Routed experts
+# keep the TVM GEMM: each runs on a data-dependent share of the rows.
+PROJECTION_ROLES = ("q", "k", "v", "o", "gate_up", "down", "q_gate", "gdn_qkv", "gdn_z",
+                    "gdn_ba", "gdn_out", "shared_gate_up", "shared_down")
 
 
 def coop_projections(kernels: Mapping[str, KernelSpec]) -> dict[str, tuple[int, int]]:
@@ -142,7 +147,7 @@ def coop_projections(kernels: Mapping[str, KernelSpec]) -> dict[str, tuple[int, 
     weights (other projections keep the TVM GEMM)."""
     shapes = {}
     for role in PROJECTION_ROLES:
-        spec = kernels[f"{role}_gemm"]
+        spec = kernels.get(f"{role}_gemm")
         if isinstance(spec, MatmulSpec) and not spec.bias and spec.wdtype == "float32":
             shapes[role] = (spec.k, spec.n_out)
     return shapes

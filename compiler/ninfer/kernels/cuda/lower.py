@@ -9,8 +9,9 @@ allocate. Sizes are typed expressions over the spec's symbolic sizes (`n`), buil
 the host code's TIR (module.py, ninfer.kernels.launch).
 
 Paged attention, KV-cache stores (attention.py, templates/cuda/paged_attention.cu.j2),
-group-quantized matmuls (qmatmul.py) and the device sampler (sampler.py, over a scratch
-row per logits row) are hand-written CUDA: their source is
+group-quantized matmuls (qmatmul.py), the device sampler (sampler.py, over a scratch
+row per logits row) and the hybrid models' Gated DeltaNet and MoE kernels (gdn.py) are
+hand-written CUDA: their source is
 appended to the same translation unit and their launches are described the same way
 (parameters in spec.signature() order, then `n`; attention split over its keys is two
 launches, which add their scratch and the `splits` expression).
@@ -45,7 +46,7 @@ from ..spec import (
     SiluMulSpec,
 )
 from ..te_defs import te_primfunc
-from . import attention, qmatmul, sampler
+from . import attention, gdn, qmatmul, sampler
 from . import schedules as cs
 from .module import CudaLaunch, CudaModule, CudaParam, HostAlloc
 
@@ -106,7 +107,8 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
     source = module.source
     for extra in (attention.render_source(hand_written, params),
                   qmatmul.render_source(hand_written, params),
-                  sampler.render_source(hand_written, params)):
+                  sampler.render_source(hand_written, params),
+                  gdn.render_source(hand_written, params)):
         if extra:
             source += "\n" + extra
     launches = module.launches + [launch for spec in hand_written
@@ -118,7 +120,7 @@ def build_cuda_source(specs: Iterable[KernelSpec], target: Target) -> CudaModule
 
 def _hand_written(spec: KernelSpec) -> bool:
     return (attention.is_hand_written(spec) or qmatmul.is_quantized_matmul(spec)
-            or sampler.is_sampler(spec))
+            or sampler.is_sampler(spec) or gdn.is_hand_written(spec))
 
 
 # Element types of hand-written kernels' tensors: 16-bit floats travel as their bits.
@@ -144,6 +146,10 @@ def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[Cuda
     if isinstance(spec, MatmulSpec):
         grid, threads = qmatmul.launch_shape(spec, params)
         return [CudaLaunch(spec.name(), qmatmul.kernel_symbol(spec), [*args, size], grid,
+                           (threads, 1, 1), ZERO, [])]
+    if gdn.is_hand_written(spec):
+        grid, threads = gdn.launch_shape(spec, params)
+        return [CudaLaunch(spec.name(), gdn.kernel_symbol(spec), [*args, size], grid,
                            (threads, 1, 1), ZERO, [])]
     grid, threads = attention.launch_shape(spec, params)
     symbol = attention.kernel_symbol(spec)

@@ -1,0 +1,152 @@
+"""Hand-written CUDA kernels of the hybrid models' own layers: the Gated DeltaNet conv,
+gates, recurrence and output norm, and the sparse MoE router and combine.
+
+Rendered from templates/cuda/gdn.cu.j2 into the model's translation unit (lower.py), like
+paged attention: the conv and the recurrence walk their rows in order through per-slot
+state read and written in place (rows of one sequence see each other's updates), which
+the TE/dlight path does not express. Each computes what its CPU kernel and float64
+reference compute (kernels/cpu/gdn.py, kernels/cpu/moe.py, kernels/reference.py); every
+number below comes from the spec and `CudaParams`.
+
+- Conv (GdnConvSpec): one thread per channel, grid ceil(channels / threads) (constant in
+  n). A thread keeps its K - 1 carried inputs in registers while consecutive rows share a
+  slot and writes them back when the slot changes; a row at position 0 starts from zeros.
+- Gates (GdnGateSpec): one thread per (row, value head).
+- Recurrence (GdnRecurrentSpec): one block per value head (grid v_heads, constant in n),
+  TX x KG threads: thread (g, j) holds column j of the head's state S [dk, dv] for the
+  key rows i = g * KPT .. g * KPT + KPT - 1 in registers (TX: dv rounded up to a warp, KG
+  key groups, KPT = ceil(dk / KG) <= MAX_STATE_REGS). Per row, in order: q and k of the
+  key head into shared memory and their inverse L2 norms (warp 0); S *= exp(g); mem =
+  S^T k (the KG partial sums meet in shared memory, summed in group order); delta =
+  (v - mem) * beta; S += k delta^T; out = S^T q. The state goes back to the slot when the
+  next row's slot differs and after the last row.
+- Output norm (GdnNormSpec): one warp per (row, value head).
+- Router (MoeRouterSpec): one warp per row: softmax max and sum, then top_k passes of a
+  warp-wide (logit, id) argmax over the experts not yet picked (the lower id on ties),
+  weights exp(l - max) / sum, renormalised when the spec says. Lane c of the warp owns
+  experts e = c (mod 32), so at most 32 x 32 experts (a bit mask per lane).
+- Combine (MoeCombineSpec): one block per row: x . gate (warp sums, then warps in order),
+  then per channel the top_k routed rows in order plus sigmoid(x . gate) x shared.
+
+Slots clamp into [0, max_seqs) and routed positions into [0, rows). No dynamic shared
+memory; every sum has a fixed order, so results are deterministic for a given batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import jinja2
+
+from ninfer.paths import TEMPLATES_DIR
+
+from ..launch import ONE, Const, Expr, N, ceil_div
+from ..spec import (
+    GdnConvSpec,
+    GdnGateSpec,
+    GdnNormSpec,
+    GdnRecurrentSpec,
+    KernelSpec,
+    MoeCombineSpec,
+    MoeRouterSpec,
+)
+from .schedules import WARP, CudaParams, pow2_ceil
+
+TEMPLATE = "cuda/gdn.cu.j2"
+HAND_WRITTEN = (GdnConvSpec, GdnGateSpec, GdnRecurrentSpec, GdnNormSpec, MoeRouterSpec,
+                MoeCombineSpec)
+MAX_RECURRENT_THREADS = 512
+MAX_STATE_REGS = 64  # state floats per recurrence thread (registers)
+NORM_WARPS = 8  # (row, head) pairs per norm block
+ROUTER_WARPS = 4  # rows per router block
+MAX_EXPERTS = WARP * 32
+
+
+def is_hand_written(spec: KernelSpec) -> bool:
+    return isinstance(spec, HAND_WRITTEN)
+
+
+def kernel_symbol(spec: KernelSpec) -> str:
+    return f"{spec.name()}_kernel"
+
+
+def _round_warp(x: int) -> int:
+    return -(-x // WARP) * WARP
+
+
+def recurrent_layout(spec: GdnRecurrentSpec) -> tuple[int, int, int]:
+    """(TX, KG, KPT): threads per state column block, key groups, key rows per thread."""
+    tx = _round_warp(spec.v_dim)
+    if tx > MAX_RECURRENT_THREADS:
+        raise NotImplementedError(f"{spec.name()}: v_dim {spec.v_dim} exceeds the "
+                                  f"{MAX_RECURRENT_THREADS} threads of one recurrence block")
+    kg = 1
+    while kg * 2 * tx <= MAX_RECURRENT_THREADS and kg * 2 <= spec.k_dim:
+        kg *= 2
+    kpt = -(-spec.k_dim // kg)
+    if kpt > MAX_STATE_REGS:
+        raise NotImplementedError(f"{spec.name()}: {kpt} state floats per thread (k_dim "
+                                  f"{spec.k_dim} over {kg} groups) exceeds {MAX_STATE_REGS}")
+    return tx, kg, kpt
+
+
+def _threads(params: CudaParams, work: int) -> int:
+    """A block for `work` items: the elementwise block size, smaller for small work."""
+    return max(WARP, min(params.elementwise_threads, pow2_ceil(work)))
+
+
+def launch_shape(spec: KernelSpec, params: CudaParams) -> tuple[tuple[Expr, Expr, Expr], int]:
+    """(grid over n, threads per block)."""
+    if isinstance(spec, GdnConvSpec):
+        threads = _threads(params, spec.channels)
+        return (Const(-(-spec.channels // threads)), ONE, ONE), threads
+    if isinstance(spec, GdnGateSpec):
+        threads = _threads(params, spec.v_heads)
+        return (ceil_div(N * spec.v_heads, threads), ONE, ONE), threads
+    if isinstance(spec, GdnRecurrentSpec):
+        tx, kg, _ = recurrent_layout(spec)
+        return (Const(spec.v_heads), ONE, ONE), tx * kg
+    if isinstance(spec, GdnNormSpec):
+        return (ceil_div(N * spec.v_heads, NORM_WARPS), ONE, ONE), NORM_WARPS * WARP
+    if isinstance(spec, MoeRouterSpec):
+        if spec.experts > MAX_EXPERTS:
+            raise NotImplementedError(f"{spec.name()}: the CUDA router takes at most "
+                                      f"{MAX_EXPERTS} experts")
+        return (ceil_div(N, ROUTER_WARPS), ONE, ONE), ROUTER_WARPS * WARP
+    if isinstance(spec, MoeCombineSpec):
+        return (N, ONE, ONE), _threads(params, spec.hidden)
+    raise NotImplementedError(f"no hand-written CUDA kernel for family {spec.family!r}")
+
+
+def _values(spec: KernelSpec, params: CudaParams) -> dict[str, object]:
+    _, threads = launch_shape(spec, params)
+    values: dict[str, object] = {"kind": spec.family, "symbol": kernel_symbol(spec),
+                                 "threads": threads, "warps": threads // WARP}
+    if isinstance(spec, GdnConvSpec):
+        values |= {"channels": spec.channels, "kernel": spec.kernel, "max_seqs": spec.max_seqs}
+    elif isinstance(spec, GdnGateSpec):
+        values |= {"v_heads": spec.v_heads}
+    elif isinstance(spec, GdnRecurrentSpec):
+        tx, kg, kpt = recurrent_layout(spec)
+        values |= {"k_heads": spec.k_heads, "v_heads": spec.v_heads, "k_dim": spec.k_dim,
+                   "v_dim": spec.v_dim, "max_seqs": spec.max_seqs, "channels": spec.channels,
+                   "tx": tx, "kg": kg, "kpt": kpt, "scale": repr(float(spec.k_dim**-0.5))}
+    elif isinstance(spec, GdnNormSpec):
+        values |= {"v_heads": spec.v_heads, "v_dim": spec.v_dim, "eps": repr(float(spec.eps))}
+    elif isinstance(spec, MoeRouterSpec):
+        values |= {"experts": spec.experts, "top_k": spec.top_k,
+                   "normalize": spec.normalize}
+    elif isinstance(spec, MoeCombineSpec):
+        values |= {"hidden": spec.hidden, "top_k": spec.top_k, "rows": spec.rows}
+    return values
+
+
+def render_source(specs: Iterable[KernelSpec], params: CudaParams) -> str:
+    """The hybrid kernels among `specs`, each once; "" when there are none."""
+    unique = [s for s in {s.name(): s for s in specs}.values() if is_hand_written(s)]
+    if not unique:
+        return ""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True)
+    return env.get_template(TEMPLATE).render(kernels=[_values(s, params) for s in unique])
