@@ -408,3 +408,34 @@ def test_readme_gdn_route_table_is_what_the_compiler_derives():
         tuple(GPU_TARGETS), max_tokens=4096, config=QWEN35_27B, markdown=True,
         roles=("gdn_qkv", "gdn_z", "gdn_ba", "gdn_out")))
     assert table == derived, "README GDN route table is stale; rerun its command"
+
+
+@pytest.mark.parametrize("name", SAMPLER_TARGETS)
+def test_gdn_and_moe_kernels_at_released_shapes_compile_and_verify(name, tmp_path):
+    """The hybrid kernels at Qwen3.5-27B's Gated DeltaNet shapes (16 key / 48 value heads
+    of 128, conv over 10240 channels) and a Qwen3.5-MoE-sized router (512 experts, top 10)
+    and combine, for 8 sequences + the spare slot: nvcc for the target's arch, no spills,
+    every row count up to a 4096-token chunk fits."""
+    from ninfer.kernels.cuda.lower import build_cuda_source
+    from ninfer.kernels.spec import (
+        GdnConvSpec,
+        GdnGateSpec,
+        GdnNormSpec,
+        GdnRecurrentSpec,
+        MoeCombineSpec,
+        MoeRouterSpec,
+    )
+    from ninfer.occupancy import LaunchSpec, RuntimeLimits, nvcc_resources, verify
+
+    target = load_target(name)
+    specs = [GdnConvSpec(10240, 4, 9), GdnGateSpec(48), GdnRecurrentSpec(16, 48, 128, 128, 9),
+             GdnNormSpec(48, 128), MoeRouterSpec(512, 10), MoeCombineSpec(2048, 10, 40960)]
+    module = build_cuda_source(specs, target)
+    used = nvcc_resources(tmp_path)(module.source, target.arch)
+    assert len(module.launches) == len(specs)
+    for launch in module.launches:
+        assert used[launch.kernel_symbol].spill_bytes == 0, launch.kernel_symbol
+    report = verify(target, [LaunchSpec(la.shape(), sizes=(1, 4096)) for la in module.launches],
+                    used, RuntimeLimits(prefill_chunk=4096))
+    assert report.ok, report.violations
+    assert all(c.max_ok_size == 4096 for c in report.checks)

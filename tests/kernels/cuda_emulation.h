@@ -180,6 +180,12 @@ inline float __shfl_xor_sync(unsigned /*mask*/, float v, int offset) {
   return r;
 }
 
+inline int __shfl_xor_sync(unsigned mask, int v, int offset) {
+  return bits_as<int>(__shfl_xor_sync(mask, bits_as<float>(v), offset));  // bits travel exactly
+}
+
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+
 inline unsigned __ballot_sync(unsigned /*mask*/, int predicate) {
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   unsigned* votes = emu::warp_votes.data() + warp * 32;

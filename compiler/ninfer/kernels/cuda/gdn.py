@@ -84,6 +84,7 @@ def recurrent_layout(spec: GdnRecurrentSpec) -> tuple[int, int, int]:
     while kg * 2 * tx <= MAX_RECURRENT_THREADS and kg * 2 <= spec.k_dim:
         kg *= 2
     kpt = -(-spec.k_dim // kg)
+    kg = -(-spec.k_dim // kpt)  # no group without key rows
     if kpt > MAX_STATE_REGS:
         raise NotImplementedError(f"{spec.name()}: {kpt} state floats per thread (k_dim "
                                   f"{spec.k_dim} over {kg} groups) exceeds {MAX_STATE_REGS}")

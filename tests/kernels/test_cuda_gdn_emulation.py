@@ -1,0 +1,182 @@
+"""CPU run of the hybrid models' hand-written CUDA kernels (templates/cuda/gdn.cu.j2): the
+Gated DeltaNet conv, gates, recurrence and output norm, the MoE router and combine.
+
+The exact source `build_cuda_source` emits is compiled with g++ against cuda_emulation.h
+(test_cuda_emulation.compile_emulated) and launched with the grid and block of its
+CudaLaunch, then compared with the float64 references, the in-place states included.
+Rows mix sequences the way a step does: a prefill chunk of one slot, decode rows of
+others, a slot that comes back after another, a row at position 0 in a slot holding a
+stale state (it must start from zeros), a slot outside the pool (clamped).
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+
+import numpy as np
+import pytest
+from test_cuda_emulation import TARGETS, compile_emulated, run_launches
+
+from ninfer.kernels import reference
+from ninfer.kernels.cuda.gdn import recurrent_layout
+from ninfer.kernels.cuda.lower import build_cuda_source
+from ninfer.kernels.reference import (
+    gdn_conv_states,
+    gdn_recurrent_states,
+    moe_router_parts,
+)
+from ninfer.kernels.spec import (
+    GdnConvSpec,
+    GdnGateSpec,
+    GdnNormSpec,
+    GdnRecurrentSpec,
+    KernelSpec,
+    MoeCombineSpec,
+    MoeRouterSpec,
+)
+
+pytestmark = pytest.mark.unit
+
+TOL = 2e-5
+CONV = [GdnConvSpec(channels=96, kernel=4, max_seqs=4), GdnConvSpec(channels=300, kernel=2,
+                                                                    max_seqs=3)]
+RECURRENT = [
+    GdnRecurrentSpec(k_heads=2, v_heads=4, k_dim=16, v_dim=16, max_seqs=4),
+    GdnRecurrentSpec(k_heads=1, v_heads=3, k_dim=20, v_dim=40, max_seqs=4),  # partial groups
+    GdnRecurrentSpec(k_heads=1, v_heads=2, k_dim=128, v_dim=128, max_seqs=4),  # 27B heads
+]
+GATE = [GdnGateSpec(v_heads=6)]
+NORM = [GdnNormSpec(v_heads=3, v_dim=40, eps=1e-6), GdnNormSpec(v_heads=2, v_dim=128)]
+ROUTER = [MoeRouterSpec(experts=8, top_k=2), MoeRouterSpec(experts=64, top_k=6, normalize=False),
+          MoeRouterSpec(experts=512, top_k=10)]
+COMBINE = [MoeCombineSpec(hidden=96, top_k=2, rows=40), MoeCombineSpec(hidden=300, top_k=3,
+                                                                       rows=60)]
+ALL: list[KernelSpec] = [*CONV, *RECURRENT, *GATE, *NORM, *ROUTER, *COMBINE]
+
+
+@functools.cache
+def emulated(target_name: str):
+    return compile_emulated(build_cuda_source(ALL, TARGETS[target_name]()))
+
+
+def _rng(spec: KernelSpec) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(spec.name().encode()))
+
+
+def _rows(max_seqs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pos, slot) of one step: slot 1's 5-row chunk from 0, decode rows of slots 0 and 2,
+    slot 1 again, slot 2 restarting at 0 (its stale state must not leak), a clamped slot."""
+    slot = [1, 1, 1, 1, 1, 0, 2, 1, 2, 0, 2, max_seqs + 3]
+    pos = [0, 1, 2, 3, 4, 7, 3, 5, 0, 8, 1, 2]
+    return np.array(pos, np.int32), np.array(slot, np.int32)
+
+
+def _close(got: np.ndarray, want: np.ndarray, tol: float = TOL) -> None:
+    assert np.isfinite(got).all()
+    err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+    assert err <= tol, f"max relative error {err:.3g} > {tol:g}"
+
+
+@pytest.mark.parametrize("target_name", ["h200", "rtx4090"])
+@pytest.mark.parametrize("spec", CONV, ids=lambda s: s.name())
+def test_conv_matches_reference(target_name: str, spec: GdnConvSpec) -> None:
+    rng = _rng(spec)
+    pos, slot = _rows(spec.max_seqs)
+    n = len(pos)
+    x = rng.standard_normal((n, spec.channels)).astype(np.float32)
+    w = (rng.standard_normal((spec.channels, spec.kernel)) * 0.5).astype(np.float32)
+    state = rng.standard_normal((spec.max_seqs, spec.kernel - 1, spec.channels)).astype(
+        np.float32)
+    want = reference(spec, x, w, pos, slot, state)
+    want_state = gdn_conv_states(spec, x, w, pos, slot, state)
+    out = np.full((n, spec.channels), np.nan, np.float32)
+    got_state = state.copy()
+    run_launches(emulated(target_name), spec, [x, w, pos, slot, got_state, out], n)
+    _close(out, want)
+    _close(got_state, want_state)
+
+
+@pytest.mark.parametrize("target_name", ["h200", "rtx4090"])
+@pytest.mark.parametrize("spec", RECURRENT, ids=lambda s: s.name())
+def test_recurrence_matches_reference(target_name: str, spec: GdnRecurrentSpec) -> None:
+    rng = _rng(spec)
+    pos, slot = _rows(spec.max_seqs)
+    n = len(pos)
+    qkv = rng.standard_normal((n, spec.channels)).astype(np.float32)
+    H = spec.v_heads
+    a, b = rng.standard_normal((n, H)), rng.standard_normal((n, H))
+    g = -np.exp(np.log(rng.uniform(0.01, 4, H))) * np.log1p(np.exp(a + 1.0))
+    gb = np.concatenate([g, 1 / (1 + np.exp(-b))], axis=1).astype(np.float32)
+    state = rng.standard_normal((spec.max_seqs, H, spec.k_dim, spec.v_dim)).astype(np.float32)
+    want = reference(spec, qkv, gb, pos, slot, state)
+    want_state = gdn_recurrent_states(spec, qkv, gb, pos, slot, state)
+    out = np.full((n, H, spec.v_dim), np.nan, np.float32)
+    got_state = state.copy()
+    run_launches(emulated(target_name), spec, [qkv, gb, pos, slot, got_state, out], n)
+    _close(out, want)
+    _close(got_state, want_state)
+
+
+def test_recurrence_layout_covers_every_state_element() -> None:
+    for spec in RECURRENT:
+        tx, kg, kpt = recurrent_layout(spec)
+        assert tx >= spec.v_dim and tx % 32 == 0 and kg * kpt >= spec.k_dim
+        assert (kg - 1) * kpt < spec.k_dim  # no group without rows
+        assert tx * kg <= 512
+
+
+@pytest.mark.parametrize("spec", GATE, ids=lambda s: s.name())
+def test_gates_match_reference(spec: GdnGateSpec) -> None:
+    rng = _rng(spec)
+    n = 7
+    ba = (rng.standard_normal((n, 2 * spec.v_heads)) * 4).astype(np.float32)
+    a_log = np.log(rng.uniform(0.01, 16, spec.v_heads)).astype(np.float32)
+    dt_bias = rng.uniform(0.5, 1.5, spec.v_heads).astype(np.float32)
+    out = np.full((n, 2 * spec.v_heads), np.nan, np.float32)
+    run_launches(emulated("h200"), spec, [ba, a_log, dt_bias, out], n)
+    _close(out, reference(spec, ba, a_log, dt_bias))
+
+
+@pytest.mark.parametrize("spec", NORM, ids=lambda s: s.name())
+def test_output_norm_matches_reference(spec: GdnNormSpec) -> None:
+    rng = _rng(spec)
+    n, width = 5, spec.v_heads * spec.v_dim
+    o, z = (rng.standard_normal((n, width)).astype(np.float32) for _ in range(2))
+    weight = rng.uniform(0.5, 1.5, spec.v_dim).astype(np.float32)
+    out = np.full((n, width), np.nan, np.float32)
+    run_launches(emulated("h200"), spec, [o, z, weight, out], n)
+    _close(out, reference(spec, o, z, weight))
+
+
+@pytest.mark.parametrize("spec", ROUTER, ids=lambda s: s.name())
+def test_router_matches_reference(spec: MoeRouterSpec) -> None:
+    """Top-k ids in descending order, ties to the lower id (row 0 is all equal, row 1 has
+    a tied pair at the cut), weights renormalised when the spec says."""
+    rng = _rng(spec)
+    n = 9
+    logits = rng.standard_normal((n, spec.experts)).astype(np.float32)
+    logits[0] = 0.5
+    logits[1, [3, 5]] = logits[1].max() + 1
+    ids = np.full((n, spec.top_k), -1, np.int32)
+    weights = np.full((n, spec.top_k), np.nan, np.float32)
+    run_launches(emulated("h200"), spec, [logits, ids, weights], n)
+    want_ids, want_w = moe_router_parts(spec, logits)
+    np.testing.assert_array_equal(ids, want_ids)
+    _close(weights, want_w)
+    assert list(ids[0]) == list(range(spec.top_k)) and list(ids[1, :2]) == [3, 5]
+
+
+@pytest.mark.parametrize("spec", COMBINE, ids=lambda s: s.name())
+def test_combine_matches_reference(spec: MoeCombineSpec) -> None:
+    rng = _rng(spec)
+    n = spec.rows // spec.top_k
+    y = rng.standard_normal((spec.rows, spec.hidden)).astype(np.float32)
+    pos = rng.permutation(spec.rows).astype(np.int32).reshape(n, spec.top_k)
+    w = rng.uniform(0, 1, (n, spec.top_k)).astype(np.float32)
+    x = rng.standard_normal((n, spec.hidden)).astype(np.float32)
+    gate = (rng.standard_normal(spec.hidden) * 0.1).astype(np.float32)
+    shared = rng.standard_normal((n, spec.hidden)).astype(np.float32)
+    out = np.full((n, spec.hidden), np.nan, np.float32)
+    run_launches(emulated("h200"), spec, [y, pos, w, x, gate, shared, out], n)
+    _close(out, reference(spec, y, pos, w, x, gate, shared))
