@@ -2,6 +2,7 @@
 
     bash benchmarks/install_llamacpp.sh      # gguf + llama-cpp-python, built for this host
     .venv/bin/python benchmarks/bench_llamacpp.py --threads 2
+    .venv/bin/python benchmarks/bench_llamacpp.py --model qwen35 --threads 2   # the hybrid
 
 Builds once (cached under build/bench/) a ~0.5B-parameter random-weight Qwen3 checkpoint
 with transformers (fixed seed, fp16 safetensors, the demo tokenizer padded to the model's
@@ -24,6 +25,11 @@ round between the two engines; the best of them counts. Each decode figure is pr
 the fraction of the read bandwidth it reaches (weight bytes read per token x tokens/s /
 bandwidth; the KV cache, ~5% here, is not counted), each prefill figure with the fraction
 of the FMA peak (2 x parameters read x tokens/s / peak).
+
+`--model qwen35`: the ~0.5B Qwen3.5 hybrid of ninfer.bench.checkpoints (18 Gated DeltaNet
+and 6 gated-attention layers, fp32 safetensors), converted by llama.cpp's own converter
+(ninfer.bench.llamacpp_convert: F32 / F16 / BF16 / Q8_0 directly, Q4_0 requantized from
+F16 by llama_model_quantize, every matrix in the type) and timed the same way.
 
 Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
 command line.
@@ -111,15 +117,31 @@ def _prod(shape: tuple[int, ...]) -> int:
     return n
 
 
-def export_all(ckpt: Path, qtypes: list[str]) -> dict[str, Path]:
+HYBRID_NAME = "qwen3-hybrid"  # ninfer.bench.checkpoints' "hybrid" size, as bench_decode
+
+
+def export_all(ckpt: Path, qtypes: list[str], hybrid: bool = False,
+               threads: int = 2) -> dict[str, Path]:
+    from ninfer.bench import llamacpp_convert
     from ninfer.bench.gguf_export import export_gguf
+
+    def export(path: Path, q: str) -> None:
+        if not hybrid:
+            export_gguf(ckpt, path, q)
+        elif q in llamacpp_convert.OUTTYPES:
+            llamacpp_convert.convert(ckpt, path, q)
+        else:  # Q4_0: requantized from the F16 conversion
+            f16 = ckpt.parent / f"{ckpt.name}-F16.gguf"
+            if not f16.exists():
+                llamacpp_convert.convert(ckpt, f16, "F16")
+            llamacpp_convert.quantize(f16, path, q, threads)
 
     paths = {}
     for q in qtypes:
         path = ckpt.parent / f"{ckpt.name}-{q}.gguf"
         if not path.exists() or path.stat().st_mtime < (ckpt / "config.json").stat().st_mtime:
             t0 = time.perf_counter()
-            export_gguf(ckpt, path, q)
+            export(path, q)
             print(f"exported {path.name} ({path.stat().st_size / 1e9:.2f} GB) in "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
         paths[q] = path
@@ -281,6 +303,8 @@ def main() -> None:
                     help="comma-separated GGUF types or ninfer formats to run "
                          "(F32,F16,BF16,Q8_0,Q4_0; q4g64 or q4g128 picks one Q4_0 pairing)")
     ap.add_argument("--no-ninfer", action="store_true", help="time llama.cpp only")
+    ap.add_argument("--model", choices=["qwen3", "qwen35"], default="qwen3",
+                    help="qwen3: the dense ~0.5B Qwen3; qwen35: the ~0.5B Qwen3.5 hybrid")
     ap.add_argument("--model-name", default="qwen3-0.5b", help=argparse.SUPPRESS)
     ap.add_argument("--worker", choices=["llamacpp", "ninfer"], help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
@@ -300,9 +324,17 @@ def main() -> None:
     known = {name for pair in FORMATS for name in pair}
     if unknown := [f for f in picked if f not in known]:
         ap.error(f"--formats: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    ckpt = build_checkpoint(bench_dir() / args.model_name)
+    hybrid = args.model == "qwen35"
+    if hybrid:
+        from ninfer.bench.checkpoints import build_checkpoint as build_bench_checkpoint
+
+        args.model_name = HYBRID_NAME
+        ckpt = bench_dir() / HYBRID_NAME
+        build_bench_checkpoint(ckpt, "hybrid")
+    else:
+        ckpt = build_checkpoint(bench_dir() / args.model_name)
     total, read = param_counts(ckpt)
-    paths = export_all(ckpt, sorted({q for q, _ in wanted}))
+    paths = export_all(ckpt, sorted({q for q, _ in wanted}), hybrid, args.threads)
     from ninfer.bench.gguf_export import weight_bytes_per_token
 
     roof_bytes = int(max(weight_bytes_per_token(paths[q]) for q, _ in wanted))
@@ -324,8 +356,11 @@ def main() -> None:
         print(f"  measured {qtype} / {fmt}; {roofs[-1].describe()}", flush=True)
     roof = best_of(roofs)
 
-    m = MODEL
-    print(f"model: random Qwen3, {total / 1e6:.0f}M params ({m['num_hidden_layers']} layers, "
+    m = json.loads((ckpt / "config.json").read_text())
+    kind = ("Qwen3.5 hybrid (Gated DeltaNet x "
+            f"{sum(t == 'linear_attention' for t in m['layer_types'])} + gated attention x "
+            f"{sum(t == 'full_attention' for t in m['layer_types'])})" if hybrid else "Qwen3")
+    print(f"model: random {kind}, {total / 1e6:.0f}M params ({m['num_hidden_layers']} layers, "
           f"hidden {m['hidden_size']}, heads {m['num_attention_heads']}/"
           f"{m['num_key_value_heads']} x {m['head_dim']}, ffn {m['intermediate_size']}, vocab "
           f"{m['vocab_size']}, untied; {read / 1e6:.0f}M read per token); threads="

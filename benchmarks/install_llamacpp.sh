@@ -3,7 +3,8 @@
 # host's x86 features, as GGML_NATIVE would, but without AMX: a CPU may advertise AMX that
 # its hypervisor does not enable (this project's VM: `tilezero` raises SIGILL in every
 # Q8_0 / Q4_0 matmul). On a host without the flags the build is AVX2-only or plain.
-#   bash benchmarks/install_llamacpp.sh            # into .venv
+#   bash benchmarks/install_llamacpp.sh            # into .venv (and its HF -> GGUF converter
+#                                                  # into build/third_party/llama.cpp-convert)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -30,3 +31,14 @@ spec=$(grep -o '"llama-cpp-python==[^"]*"' pyproject.toml | tr -d '"')
 echo "building $spec with CMAKE_ARGS=${args[*]}"
 CMAKE_ARGS="${args[*]}" "$PY" -m pip install --no-cache-dir --force-reinstall --no-deps "$spec"
 "$PY" -m pip install -e '.[bench]'
+# llama.cpp's own HF -> GGUF converter from the same sdist, for the architectures
+# ninfer.bench.gguf_export does not write (the hybrids: ninfer.bench.llamacpp_convert).
+conv=build/third_party/llama.cpp-convert
+tmp=$(mktemp -d)
+"$PY" -m pip download --no-deps --no-binary :all: --no-build-isolation -q -d "$tmp" "$spec"
+tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+rm -rf "$conv" && mkdir -p "$conv"
+src=$(echo "$tmp"/llama_cpp_python-*/vendor/llama.cpp)
+cp -r "$src/convert_hf_to_gguf.py" "$src/conversion" "$src/gguf-py" "$src/LICENSE" "$conv/"
+rm -rf "$tmp"
+echo "llama.cpp converter in $conv"

@@ -279,3 +279,62 @@ def test_fused_expert_tensors_load_as_the_per_expert_ones(qwen35moe_model, tmp_p
     for wa, wb in zip(ga.weights, gb.weights, strict=True):
         if ".experts." in wa.name:
             np.testing.assert_array_equal(ga.load_weight(a, wa), gb.load_weight(b, wb))
+
+
+@pytest.mark.parametrize("fixture", ["qwen35_model", "qwen35vl_model"])
+def test_mtp_tensors_are_stored_in_the_artifact_as_the_checkpoint_holds_them(
+        fixture, request, tmp_path):
+    """A checkpoint with Qwen3.5's multi-token-prediction head (mtp.fc over [embed; hidden],
+    its two pre-norms, one decoder layer, the final norm): every mtp.* tensor is in the
+    artifact under its own name, bit for bit (bf16 stays bf16, fp32 stays fp32), outside
+    the memory plan (the step program does not read it), and the compile notes it."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from ninfer.artifact_format import DTYPES, read_manifest
+    from ninfer.frontend.model import read_model
+    from ninfer.pipeline import CompileOptions, write_model_artifact
+    from ninfer.plan import ServeLimits, make_plan
+    from ninfer.targets import load_target
+
+    model = request.getfixturevalue(fixture)
+    src = model.checkpoint
+    tensors = load_file(src / "model.safetensors")
+    dtype = next(iter(tensors.values())).dtype
+    h = 128
+    gen = torch.Generator().manual_seed(5)
+    mtp = {"mtp.fc.weight": (h, 2 * h), "mtp.pre_fc_norm_embedding.weight": (h,),
+           "mtp.pre_fc_norm_hidden.weight": (h,), "mtp.norm.weight": (h,),
+           "mtp.layers.0.input_layernorm.weight": (h,),
+           "mtp.layers.0.self_attn.q_proj.weight": (2 * 4 * 32, h),
+           "mtp.layers.0.mlp.down_proj.weight": (h, 320)}
+    added = {n: torch.randn(shape, generator=gen).to(dtype) for n, shape in mtp.items()}
+    for f in src.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, tmp_path / f.name)
+    save_file({**tensors, **added}, str(tmp_path / "model.safetensors"))
+    opts = CompileOptions(model_dir=tmp_path, target="cpu", out_dir=tmp_path / "out",
+                          max_context=256, prefill_chunk=16, kv_dtype="f32", build=False)
+    artifact = write_model_artifact(opts, tmp_path / "model.ninfer")
+    table = {t["name"]: t for t in read_manifest(artifact)["tensors"]}
+    raw = artifact.read_bytes()
+    for name, value in added.items():
+        entry = table[name]
+        assert tuple(entry["shape"]) == tuple(value.shape)
+        stored = np.frombuffer(raw, DTYPES[entry["dtype"]], value.numel(), entry["offset"])
+        if value.dtype == torch.bfloat16:
+            assert entry["dtype"] == "bf16" or value.dim() == 1
+            want = (value.view(torch.int16).numpy().view(np.uint16) if entry["dtype"] == "bf16"
+                    else value.float().numpy())
+        else:
+            assert entry["dtype"] == "f32"
+            want = value.numpy()
+        np.testing.assert_array_equal(stored.reshape(value.shape), want)
+    with_mtp, plain = read_model(tmp_path, None), read_model(src, None)
+    assert [w.name for w in with_mtp.graph.weights if w.role == "mtp"] == sorted(added)
+    limits = ServeLimits(max_context=256, prefill_chunk=16, kv_dtype="f32")
+    cpu = load_target("cpu")
+    assert (make_plan(with_mtp.graph, cpu, limits).memory.weights_bytes
+            == make_plan(plain.graph, cpu, limits).memory.weights_bytes)
+    assert any("7 mtp.* tensors) is stored in the artifact" in n for n in with_mtp.notes)

@@ -77,6 +77,13 @@ def pending_tensors(model: FrontendModel, plan: Plan) -> list[PendingTensor]:
 
     tensors: list[PendingTensor] = []
     for w in graph.weights:
+        if w.role == "mtp":  # as the checkpoint holds it: a 16-bit matrix stays 16-bit
+            native = {"F16": "f16", "BF16": "bf16"}.get(ckpt.tensors[w.name].dtype)
+            if native and len(w.shape) == 2:
+                tensors += _packed_tensors(w, native, "rows", loader(w))
+            else:
+                tensors.append(PendingTensor(w.name, w.shape, loader(w)))
+            continue
         fmt = weight_format(w, plan.weights)
         layout = weight_layout(w, plan)
         if fmt == "f32" and layout == "rows":

@@ -282,7 +282,9 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         state_bytes = 4 * state_slots * len(hybrid.linear_layers) * (
             (hybrid.conv_kernel - 1) * hybrid.conv_dim
             + hybrid.v_heads * hybrid.k_dim * hybrid.v_dim)
-    weights_bytes = sum(weight_bytes(w, weights, target) for w in graph.weights)
+    # the MTP head's tensors are in the artifact but not loaded (no speculative decoding yet)
+    weights_bytes = sum(weight_bytes(w, weights, target) for w in graph.weights
+                        if w.role != "mtp")
     weights_bytes += 2 * 4 * limits.max_context * (rotary // 2)  # rope tables
     activation_bytes = 4 * (chunk * sum(buffers.values()) + conc * (h + v))
     sampler = (SamplerSpec(v, conc, conc * min(v, limits.max_context + SAMPLER_EXTRA_EDITS),

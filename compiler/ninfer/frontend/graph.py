@@ -24,7 +24,9 @@ class WeightSpec:
     name: str
     shape: tuple[int, ...]
     sources: tuple[str, ...]
-    role: str  # embedding | norm | linear | bias | lm_head | param (f32, no matmul)
+    # embedding | norm | linear | bias | lm_head | param (f32, no matmul) | mtp (stored in
+    # the artifact for speculative decoding, not read by the step program)
+    role: str
     transform: str = ""  # how the sources become this tensor (the traits' transform)
 
 

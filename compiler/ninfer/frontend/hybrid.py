@@ -175,11 +175,20 @@ def skipped_tensor_notes(ckpt: Checkpoint) -> tuple[str, ...]:
     if vision:
         notes.append(f"the vision tower ({len(vision)} tensors under model.visual.) is "
                      "skipped: ninfer serves the text model")
-    mtp = [n for n in ckpt.tensors if n.startswith("mtp.")]
+    mtp = mtp_weights(ckpt)
     if mtp:
-        notes.append(f"the multi-token-prediction head ({len(mtp)} mtp.* tensors) is not "
-                     "compiled: speculative decoding does not exist yet")
+        notes.append(f"the multi-token-prediction head ({len(mtp)} mtp.* tensors) is stored "
+                     "in the artifact as the checkpoint holds it, not compiled: speculative "
+                     "decoding does not exist yet")
     return tuple(notes)
+
+
+def mtp_weights(ckpt: Checkpoint) -> list[WeightSpec]:
+    """The checkpoint's multi-token-prediction head (`mtp.*`: fc, its two pre-norms, the
+    decoder layer, the final norm), each tensor under its own name and shape, role "mtp":
+    written into the artifact for speculative decoding, not read by the step program."""
+    return [WeightSpec(name, tuple(ckpt.tensors[name].shape), (name,), "mtp")
+            for name in sorted(ckpt.tensors) if name.startswith("mtp.")]
 
 
 def hybrid_weights(cfg: ModelConfig, t: HybridTraits, prefix: str,

@@ -15,6 +15,7 @@ from ninfer.frontend.hybrid import (
     fused_experts,
     hybrid_traits,
     hybrid_weights,
+    mtp_weights,
     text_prefix,
 )
 
@@ -51,7 +52,8 @@ def build_graph(ckpt: Checkpoint) -> ModelGraph:
     if cfg.architecture in HYBRID_ARCHITECTURES:
         hybrid, prefix = hybrid_traits(cfg), text_prefix(ckpt)
         return _checked(ckpt, ModelGraph(cfg, hybrid, tuple(
-            hybrid_weights(cfg, hybrid, prefix, fused_experts(ckpt, prefix)))))
+            hybrid_weights(cfg, hybrid, prefix, fused_experts(ckpt, prefix))
+            + mtp_weights(ckpt))))
     make_traits = ARCHITECTURES.get(cfg.architecture)
     if make_traits is None:
         raise FrontendError(
