@@ -35,7 +35,7 @@ CMAKE_ARGS="${args[*]}" "$PY" -m pip install --no-cache-dir --force-reinstall --
 # ninfer.bench.gguf_export does not write (the hybrids: ninfer.bench.llamacpp_convert).
 conv=build/third_party/llama.cpp-convert
 tmp=$(mktemp -d)
-"$PY" -m pip download --no-deps --no-binary :all: --no-build-isolation -q -d "$tmp" "$spec"
+"$PY" -m pip download --no-deps --no-binary :all: -q -d "$tmp" "$spec"
 tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
 rm -rf "$conv" && mkdir -p "$conv"
 src=$(echo "$tmp"/llama_cpp_python-*/vendor/llama.cpp)

@@ -29,7 +29,8 @@ import sys
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(1, sys.argv[1] + "/gguf-py")
 import conversion.base as base
-base.TextModel.get_vocab_base_pre = lambda self, tokenizer: sys.argv[2]
+pre = sys.argv[2]
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
 import convert_hf_to_gguf
 sys.argv = ["convert_hf_to_gguf.py", *sys.argv[3:]]
 convert_hf_to_gguf.main()
@@ -63,6 +64,8 @@ def convert(checkpoint_dir: str | Path, out_path: str | Path, qtype: str,
 def quantize(in_path: str | Path, out_path: str | Path, qtype: str, threads: int) -> Path:
     """An F32 / F16 GGUF requantized by llama.cpp (`llama_model_quantize`, every matrix in
     `qtype`: "pure", as gguf_export does for the dense models)."""
+    import ctypes
+
     import llama_cpp as lc
 
     ftype = {"Q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0, "Q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0}[qtype]
@@ -71,7 +74,8 @@ def quantize(in_path: str | Path, out_path: str | Path, qtype: str, threads: int
     params.nthread = threads
     params.pure = True
     tmp = Path(out_path).with_suffix(".partial")
-    rc = lc.llama_model_quantize(str(in_path).encode(), str(tmp).encode(), params)
+    rc = lc.llama_model_quantize(str(in_path).encode(), str(tmp).encode(),
+                                 ctypes.byref(params))
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize({in_path} -> {qtype}) returned {rc}")
     tmp.replace(out_path)

@@ -1,10 +1,10 @@
 """Template views of the cooperative split-K projection stubs (CUDA).
 
 With `--prefill-projections coop` (the default on CUDA), every bias-free linear layer of a
-CUDA model runs its prefill rows through the cooperative family (kernels/cuda/coop.py):
-one stub per (k, n_out) dispatches a token count to the route the verifier derived for the
-target (occupancy/coop.py), and re-checks the grid against that route's resident budget
-before launching.
+CUDA model with f32, f16 or bf16 weights runs its prefill rows through the cooperative
+family (kernels/cuda/coop.py): one stub per (k, n_out, weight type) dispatches a token
+count to the route the verifier derived for the target (occupancy/coop.py), and re-checks
+the grid against that route's resident budget before launching.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ninfer.kernels.cuda.coop import CoopProjectionSpec
+from ninfer.kernels.cuda.coop import WEIGHT_TYPES, CoopProjectionSpec
 from ninfer.occupancy.coop import CoopRouter
 
 
@@ -35,10 +35,12 @@ class CoopStubView:
     n_out: int
     workspace_floats: int
     routes: tuple[CoopRouteView, ...]
+    wtype: str = "float"  # C type of a stored weight element (16-bit: their bits)
 
     @property
     def declaration(self) -> str:
-        return f"void {self.name}(const float* x, const float* w, float* out, int64_t n)"
+        return (f"void {self.name}(const float* x, const {self.wtype}* w, float* out, "
+                "int64_t n)")
 
 
 def _stub(router: CoopRouter, max_tokens: int) -> CoopStubView:
@@ -52,8 +54,9 @@ def _stub(router: CoopRouter, max_tokens: int) -> CoopStubView:
             (check.resident_budget or 0) if v.cooperative else 0, v.cooperative))
     first = router.routes[0].variant
     workspace = max(r.variant.workspace_floats(max_tokens) for r in router.routes)
-    return CoopStubView(f"coop_proj_k{first.k}_n{first.n_out}", first.k, first.n_out,
-                        max(workspace, 1), tuple(views))
+    wtype, suffix = WEIGHT_TYPES[first.wdtype]
+    name = f"coop_proj_k{first.k}_n{first.n_out}" + ("" if suffix == "f32" else f"_{suffix}")
+    return CoopStubView(name, first.k, first.n_out, max(workspace, 1), tuple(views), wtype)
 
 
 def coop_stubs(routers: Mapping[str, CoopRouter], max_tokens: int

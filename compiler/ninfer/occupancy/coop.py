@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ninfer.kernels.cuda.coop import CoopProjectionSpec, coop_family, render_coop_source
+from ninfer.kernels.cuda.coop import (
+    CoopProjectionSpec,
+    CoopShape,
+    coop_family,
+    render_coop_source,
+)
 from ninfer.occupancy.resources import CudaCompileError, KernelResources, ResourceSource
 from ninfer.occupancy.verifier import (
     LaunchCheck,
@@ -113,21 +118,24 @@ def route_coop(target: Target, variants: Sequence[CoopProjectionSpec],
 
 
 def derive_coop_routes(target: Target, k: int, n_out: int, max_tokens: int,
-                       resources: ResourceSource) -> CoopRouter:
+                       resources: ResourceSource, wdtype: str = "float32") -> CoopRouter:
     """Compile the family for the target's arch and route 1..max_tokens."""
-    specs = coop_family(k, n_out)
+    specs = coop_family(k, n_out, wdtype=wdtype)
     return route_coop(target, specs, compile_coop_family(specs, target.arch, resources),
                       max_tokens)
 
 
-def route_projections(target: Target, shapes: Mapping[str, tuple[int, int]],
+def route_projections(target: Target, shapes: Mapping[str, CoopShape],
                       max_tokens: int, resources: ResourceSource
-                      ) -> dict[tuple[int, int], CoopRouter]:
-    """One router per distinct (k, n_out) among `shapes` (role -> shape), in role order."""
-    routers: dict[tuple[int, int], CoopRouter] = {}
+                      ) -> dict[CoopShape, CoopRouter]:
+    """One router per distinct (k, n_out, wdtype) among `shapes` (role -> shape), in role
+    order."""
+    routers: dict[CoopShape, CoopRouter] = {}
     for shape in shapes.values():
         if shape not in routers:
-            routers[shape] = derive_coop_routes(target, *shape, max_tokens, resources)
+            k, n_out, wdtype = shape
+            routers[shape] = derive_coop_routes(target, k, n_out, max_tokens, resources,
+                                                wdtype)
     return routers
 
 

@@ -14,7 +14,7 @@
 // ---- end of device code ----
 
 // ---- device code: cooperative split-K projections (templates/cuda/coop_splitk.cu.j2) ----
-// <452 lines of device code, sha256 187c03cf4cf09902>
+// <463 lines of device code, sha256 7521d46ae37508f4>
 // ---- end of cooperative device code ----
 
 namespace ninfer::cuda {

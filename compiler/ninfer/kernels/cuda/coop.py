@@ -1,8 +1,9 @@
 """Cooperative split-K projection family: the variant specs and their CUDA source.
 
-`y[t, n] = sum_k x[t, k] * w[n, k]` (float32). A variant splits K into `split` slices so
-that a small token count still spreads over many CTAs; the slices are combined after a
-grid-wide barrier, so every CTA of the grid must be resident at once (a cooperative
+`y[t, n] = sum_k x[t, k] * w[n, k]`, x and y float32, w float32 or 16-bit (f16 / bf16,
+stored as their bits and widened to float as the tile is staged). A variant splits K into
+`split` slices so that a small token count still spreads over many CTAs; the slices are
+combined after a grid-wide barrier, so every CTA of the grid must be resident at once (a cooperative
 launch). How many CTAs that is depends on the target (SM count) and on the kernel's real
 registers and shared memory (nvcc), so the largest token count each variant may serve is
 derived, never written down: ninfer.occupancy.coop routes each token count to a variant
@@ -27,6 +28,9 @@ from ..spec import KernelSpec, MatmulSpec
 
 TEMPLATE = "cuda/coop_splitk.cu.j2"
 FAMILY_SPLITS = (8, 4, 2, 1)
+# weight element type -> (C type of the stored element, suffix of the kernel name)
+WEIGHT_TYPES = {"float32": ("float", "f32"), "f16": ("uint16_t", "f16"),
+                "bf16": ("uint16_t", "bf16")}
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -50,8 +54,12 @@ class CoopProjectionSpec:
     threads: int = 256
     token_tile: int = 64
     col_block: int = 128
+    wdtype: str = "float32"  # WEIGHT_TYPES
 
     def __post_init__(self) -> None:
+        if self.wdtype not in WEIGHT_TYPES:
+            raise ValueError(f"CoopProjectionSpec.wdtype must be one of "
+                             f"{', '.join(WEIGHT_TYPES)}, got {self.wdtype!r}")
         for f in ("k", "n_out", "split", "threads", "token_tile", "col_block"):
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -63,7 +71,7 @@ class CoopProjectionSpec:
 
     def name(self) -> str:
         return (f"coop_splitk_k{self.k}_n{self.n_out}_s{self.split}_t{self.threads}"
-                f"_tt{self.token_tile}_cb{self.col_block}_f32")
+                f"_tt{self.token_tile}_cb{self.col_block}_{WEIGHT_TYPES[self.wdtype][1]}")
 
     @property
     def cooperative(self) -> bool:
@@ -114,13 +122,14 @@ class CoopProjectionSpec:
         return {"name": self.name(), "k": self.k, "n_out": self.n_out, "split": self.split,
                 "threads": self.threads, "token_tile": self.token_tile,
                 "col_block": self.col_block, "k_tile": self.k_tile, "tm": tm, "tn": tn,
-                "col_blocks": self.col_blocks, "k_slice": self.k_slice}
+                "col_blocks": self.col_blocks, "k_slice": self.k_slice,
+                "wtype": WEIGHT_TYPES[self.wdtype][0], "wdtype": self.wdtype}
 
 
 def coop_family(k: int, n_out: int, threads: int = 256, token_tile: int = 64,
-                col_block: int = 128) -> list[CoopProjectionSpec]:
+                col_block: int = 128, wdtype: str = "float32") -> list[CoopProjectionSpec]:
     """split8 / split4 / split2 / unsplit with one tiling."""
-    return [CoopProjectionSpec(k, n_out, s, threads, token_tile, col_block)
+    return [CoopProjectionSpec(k, n_out, s, threads, token_tile, col_block, wdtype)
             for s in FAMILY_SPLITS]
 
 
@@ -142,12 +151,16 @@ PROJECTION_ROLES = ("q", "k", "v", "o", "gate_up", "down", "q_gate", "gdn_qkv", 
                     "gdn_ba", "gdn_out", "shared_gate_up", "shared_down")
 
 
-def coop_projections(kernels: Mapping[str, KernelSpec]) -> dict[str, tuple[int, int]]:
-    """role -> (k, n_out) of every projection the family can serve: bias-free, with f32
-    weights (other projections keep the TVM GEMM)."""
+CoopShape = tuple[int, int, str]  # k, n_out, weight element type
+
+
+def coop_projections(kernels: Mapping[str, KernelSpec]) -> dict[str, CoopShape]:
+    """role -> (k, n_out, wdtype) of every projection the family can serve: bias-free,
+    with f32, f16 or bf16 weights in rows (group-quantized ones keep their own GEMM)."""
     shapes = {}
     for role in PROJECTION_ROLES:
         spec = kernels.get(f"{role}_gemm")
-        if isinstance(spec, MatmulSpec) and not spec.bias and spec.wdtype == "float32":
-            shapes[role] = (spec.k, spec.n_out)
+        if (isinstance(spec, MatmulSpec) and not spec.bias and spec.wdtype in WEIGHT_TYPES
+                and spec.layout == "rows"):
+            shapes[role] = (spec.k, spec.n_out, spec.wdtype)
     return shapes
