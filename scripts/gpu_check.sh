@@ -7,7 +7,8 @@
 #                                              # 0.6B-shaped bench model (no artifact)
 #   bash scripts/gpu_check.sh run              # there: parity with transformers (graphs
 #                                              # on/off, 1/2/4 streams), memcheck, speed
-# `prepare` leaves everything `run` needs in build/gpu-check (carry that path).
+# `prepare` leaves everything `run` needs in build/gpu-check.tar.gz (carry that file; it
+# unpacks to build/gpu-check, whose artifacts gpu_check.py rewrites from the checkpoints).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=build/gpu-check
@@ -16,7 +17,7 @@ case "${1:-}" in
     target=${2:-h200}
     rm -rf "$root" && mkdir -p "$root/lib"
     PYTHONPATH=tests:benchmarks .venv/bin/python - "$target" "$root" <<'PY'
-import shutil, sys
+import json, shutil, subprocess, sys
 from pathlib import Path
 from conftest import MAX_CONTEXT, PREFILL_CHUNK, compiled
 from gpu_check import BENCH_LIMITS, bench_checkpoint
@@ -24,17 +25,29 @@ from ninfer.pipeline import CompileOptions, compile_model
 target, root = sys.argv[1], Path(sys.argv[2])
 model = compiled("qwen3-tiny")
 shutil.copytree(model.checkpoint, root / "checkpoint")
-def tidy(out):
+def tidy(out, opts=None, checkpoint=None):
+    """Keep the server (stripped) and the report. The artifact is left out (the lent
+    machine's upload is 64 MiB): gpu_check.py rewrites it there from the copied checkpoint
+    `checkpoint` (under root) and the options recorded in artifact-options.json."""
     for junk in ("src", "cmake-build"):
         shutil.rmtree(out / junk)
+    subprocess.run(["strip", str(out / "ninfer-server")], check=True)
+    if opts is not None:
+        (out / "model.ninfer").unlink()
+        keep = ("target", "model_id", "max_context", "prefill_chunk", "max_concurrency",
+                "kv_capacity", "weights", "weight_overrides", "kv_dtype", "memory_gib",
+                "prefill_projections")
+        recorded = {k: getattr(opts, k) for k in keep} | {"model_dir": checkpoint}
+        (out / "artifact-options.json").write_text(json.dumps(recorded, indent=1))
 def tiny(name, t, **options):
     """The tiny Qwen3 as root/qwen3-tiny-T-NAME, with the given compile options."""
     out = root / f"qwen3-tiny-{t}-{name}"
-    compile_model(CompileOptions(model_dir=model.checkpoint, target=t, out_dir=out,
-                                 model_id="qwen3-tiny", max_context=MAX_CONTEXT,
-                                 prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
-                                 python_module=False, **options))
-    tidy(out)
+    opts = CompileOptions(model_dir=model.checkpoint, target=t, out_dir=out,
+                          model_id="qwen3-tiny", max_context=MAX_CONTEXT,
+                          prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+                          python_module=False, **options)
+    compile_model(opts)
+    tidy(out, opts, "checkpoint")
 # f32 KV caches where the run compares with transformers, which does not round them.
 for mode in ("coop", "tvm"):
     tiny(mode, target, prefill_projections=mode, kv_dtype="f32")
@@ -50,11 +63,12 @@ for name in ("qwen35-tiny", "qwen3next-tiny"):
     hybrid = compiled(name)
     out = root / f"hybrid-{name}"
     shutil.copytree(hybrid.checkpoint, root / f"hybrid-{name}-checkpoint")
-    compile_model(CompileOptions(model_dir=hybrid.checkpoint, target=target, out_dir=out,
-                                 model_id=name, max_context=MAX_CONTEXT,
-                                 prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
-                                 python_module=False, kv_dtype="f32"))
-    tidy(out)
+    opts = CompileOptions(model_dir=hybrid.checkpoint, target=target, out_dir=out,
+                          model_id=name, max_context=MAX_CONTEXT,
+                          prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+                          python_module=False, kv_dtype="f32")
+    compile_model(opts)
+    tidy(out, opts, f"hybrid-{name}-checkpoint")
 # The 0.6B-shaped bench model: built here without its 3 GB artifact, which
 # gpu_check.py writes there from a checkpoint it makes with the same seed and shapes.
 ckpt = Path("build/bench-0.6b-checkpoint")
@@ -70,9 +84,14 @@ PY
       -o "$root/membench" benchmarks/gpu_membench.cu
     # Debian ships cpp-httplib only as a shared library: carry it beside the servers.
     cp -L /lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$root/lib/"
-    du -sh "$root"
+    # One compressed file to carry (the servers are most of it): build/gpu-check.tar.gz.
+    tar -czf "$root.tar.gz" -C "$(dirname "$root")" "$(basename "$root")"
+    du -sh "$root" "$root.tar.gz"
     ;;
   run)
+    if [ ! -d "$root" ]; then
+      tar -xzf "$root.tar.gz" -C "$(dirname "$root")"
+    fi
     export LD_LIBRARY_PATH="$PWD/$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
     "$root/membench" || true
