@@ -12,14 +12,16 @@ number below comes from the spec and `CudaParams`.
   n). A thread keeps its K - 1 carried inputs in registers while consecutive rows share a
   slot and writes them back when the slot changes; a row at position 0 starts from zeros.
 - Gates (GdnGateSpec): one thread per (row, value head).
-- Recurrence (GdnRecurrentSpec): one block per value head (grid v_heads, constant in n),
-  TX x KG threads: thread (g, j) holds column j of the head's state S [dk, dv] for the
-  key rows i = g * KPT .. g * KPT + KPT - 1 in registers (TX: dv rounded up to a warp, KG
-  key groups, KPT = ceil(dk / KG) <= MAX_STATE_REGS). Per row, in order: q and k of the
-  key head into shared memory and their inverse L2 norms (warp 0); S *= exp(g); mem =
-  S^T k (the KG partial sums meet in shared memory, summed in group order); delta =
-  (v - mem) * beta; S += k delta^T; out = S^T q. The state goes back to the slot when the
-  next row's slot differs and after the last row.
+- Recurrence (GdnRecurrentSpec): one block per (value head, state slot) (grid v_heads x
+  max_seqs, constant in n): block (h, y) walks the rows in order and runs those of slot y
+  (so a decode step of several sequences runs them in parallel, and a prefill chunk's rows
+  stay in order in one block), TX x KG threads: thread (g, j) holds column j of the head's
+  state S [dk, dv] for the key rows i = g * KPT .. g * KPT + KPT - 1 in registers (TX: dv
+  rounded up to a warp, KG key groups, KPT = ceil(dk / KG) <= MAX_STATE_REGS). Per row, in
+  order: q and k of the key head into shared memory and their inverse L2 norms (warp 0); S
+  *= exp(g); mem = S^T k (the KG partial sums meet in shared memory, summed in group
+  order); delta = (v - mem) * beta; S += k delta^T; out = S^T q. The state is read at the
+  block's first row and written back after its last.
 - Output norm (GdnNormSpec): one warp per (row, value head).
 - Router (MoeRouterSpec): one warp per row: softmax max and sum, then top_k passes of a
   warp-wide (logit, id) argmax over the experts not yet picked (the lower id on ties),
@@ -106,7 +108,7 @@ def launch_shape(spec: KernelSpec, params: CudaParams) -> tuple[tuple[Expr, Expr
         return (ceil_div(N * spec.v_heads, threads), ONE, ONE), threads
     if isinstance(spec, GdnRecurrentSpec):
         tx, kg, _ = recurrent_layout(spec)
-        return (Const(spec.v_heads), ONE, ONE), tx * kg
+        return (Const(spec.v_heads), Const(spec.max_seqs), ONE), tx * kg
     if isinstance(spec, GdnNormSpec):
         return (ceil_div(N * spec.v_heads, NORM_WARPS), ONE, ONE), NORM_WARPS * WARP
     if isinstance(spec, MoeRouterSpec):
