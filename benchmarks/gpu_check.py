@@ -190,21 +190,6 @@ def bench(root: Path) -> None:
     print(f"greedy agreement with transformers: first {same} of {n} tokens identical")
 
 
-def hf_greedy_cached(model, ids: list[int], n: int) -> list[int]:
-    """n argmax tokens through the model's own cache (the hybrids' recurrent state),
-    past any end-of-sequence token (the server is asked to ignore it too)."""
-    import torch
-
-    out: list[int] = []
-    with torch.no_grad():
-        step = model(torch.tensor([ids]), use_cache=True)
-        for _ in range(n):
-            out.append(int(step.logits[0, -1].argmax()))
-            step = model(torch.tensor([out[-1:]]), past_key_values=step.past_key_values,
-                         use_cache=True)
-    return out
-
-
 def hybrid_parity(root: Path) -> int:
     """The hybrid builds (hybrid-NAME, checkpoint hybrid-NAME-checkpoint): greedy tokens =
     transformers fp32 for prompts up to 5 prefill chunks, 1, 2 and 4 at once, graphs on
@@ -212,13 +197,15 @@ def hybrid_parity(root: Path) -> int:
     import numpy as np
     from transformers import AutoModelForCausalLM
 
+    from ninfer.bench.hf_reference import greedy_cached
+
     failures = 0
     rng = np.random.default_rng(21)
     prompts = [rng.integers(0, 2000, n).tolist() for n in (5, 23, 40, 70)]
     for build in sorted(p for p in root.glob("hybrid-*") if (p / "model.ninfer").exists()):
         hf = AutoModelForCausalLM.from_pretrained(root / f"{build.name}-checkpoint",
                                                   dtype="float32").eval()
-        want = [hf_greedy_cached(hf, ids, 32) for ids in prompts]
+        want = [greedy_cached(hf, ids, 32) for ids in prompts]
         failures += parity(build, prompts, want, ignore_eos=True)
     print(f"hybrids: {failures} mismatches")
     return failures

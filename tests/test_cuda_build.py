@@ -368,7 +368,8 @@ def _gdn_routes(name: str, roles: tuple[str, ...], max_tokens: int):
     shapes = projection_shapes(QWEN35_27B)
     out = {}
     for role in roles:
-        family = coop_family(*shapes[role])
+        k, n_out, wdtype = shapes[role]
+        family = coop_family(k, n_out, wdtype=wdtype)
         resources = compile_coop_family(family, target.arch, nvcc_resources(CUDA_CACHE))
         out[role] = (route_coop(target, family, resources, max_tokens), resources)
     return target, out

@@ -71,10 +71,10 @@ def test_gpu_logits_match_transformers(gpu_model, qwen3_model):
 PROMPTS = ("Once upon a time", "def f(x):\n    return x * 2", "東京は日本の首都です。")
 
 
-def _greedy(client, prompt: str) -> list[int]:
+def _greedy(client, prompt: str | list[int], **extra) -> list[int]:
     r = client.post("/v1/completions", json={
-        "prompt": prompt, "max_tokens": 32, "temperature": 0, "return_token_ids": True},
-        timeout=300)
+        "prompt": prompt, "max_tokens": 32, "temperature": 0, "return_token_ids": True,
+        **extra}, timeout=300)
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]["token_ids"]
 
@@ -144,11 +144,7 @@ def test_gpu_hybrid_greedy_tokens_match_the_cpu_build(name, graphs):
     prompts = [rng.integers(0, 2000, n).tolist() for n in (5, 23, 40, 5 * PREFILL_CHUNK)]
 
     def greedy(client, ids):
-        r = client.post("/v1/completions", json={
-            "prompt": ids, "max_tokens": 32, "temperature": 0, "ignore_eos": True,
-            "return_token_ids": True}, timeout=300)
-        assert r.status_code == 200, r.text
-        return r.json()["choices"][0]["token_ids"]
+        return _greedy(client, ids, ignore_eos=True)
 
     with Server(cpu.out_dir) as srv:
         want = [greedy(srv.client, p) for p in prompts]

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from conftest import read_response, send_completion
+from ninfer.bench.hf_reference import greedy_cached
 from ninfer.runtime import Server
 
 pytestmark = pytest.mark.e2e
@@ -35,19 +36,6 @@ def hybrid(qwen35_model):
     model = qwen35_model.hf_model()
     with Server(qwen35_model.out_dir, threads=2) as srv:
         yield model, srv
-
-
-def _hf_greedy(model, ids: list[int], n: int) -> list[int]:
-    """n argmax tokens, through an end-of-sequence token as ignore_eos asks (generate
-    would stop there)."""
-    out: list[int] = []
-    with torch.no_grad():
-        step = model(torch.tensor([ids]), use_cache=True)
-        for _ in range(n):
-            out.append(int(step.logits[0, -1].argmax()))
-            step = model(torch.tensor([out[-1:]]), past_key_values=step.past_key_values,
-                         use_cache=True)
-    return out
 
 
 def _body(ids: list[int], **extra) -> dict:
@@ -70,7 +58,7 @@ def test_prompt_over_five_prefill_chunks_matches_transformers(hybrid):
     ids = _prompts()[-1]
     r = srv.client.post("/v1/completions", json=_body(ids))
     assert r.status_code == 200, r.text
-    assert r.json()["choices"][0]["token_ids"] == _hf_greedy(model, ids, 32)
+    assert r.json()["choices"][0]["token_ids"] == greedy_cached(model, ids, 32)
 
 
 def _together(srv: Server, bodies: list[dict]) -> list[dict]:
@@ -90,7 +78,7 @@ def test_four_streams_in_one_batch_equal_their_solo_runs_and_transformers(hybrid
     conv and SSM state must be its own."""
     model, srv = hybrid
     prompts = _prompts()
-    want = [_hf_greedy(model, ids, 32) for ids in prompts]
+    want = [greedy_cached(model, ids, 32) for ids in prompts]
     solo = [srv.client.post("/v1/completions", json=_body(ids)).json()["choices"][0]["token_ids"]
             for ids in prompts]
     assert solo == want
@@ -105,7 +93,7 @@ def test_moe_hybrid_streams_in_one_batch_equal_transformers(qwen3next_model):
     that changes with the batch; each stream's tokens must still be transformers'."""
     model = qwen3next_model.hf_model()
     prompts = _prompts()
-    want = [_hf_greedy(model, ids, 32) for ids in prompts]
+    want = [greedy_cached(model, ids, 32) for ids in prompts]
     with Server(qwen3next_model.out_dir, threads=2) as srv:
         together = _together(srv, [_body(ids) for ids in prompts])
     assert [r["choices"][0]["token_ids"] for r in together] == want
@@ -148,7 +136,7 @@ def test_state_slots_are_freed_by_cancellation_and_reused_from_zero(hybrid):
     # the freed slots held mid-sequence states: new sequences there start from zeros
     together = _together(srv, [_body(ids) for ids in prompts])
     assert [r["choices"][0]["token_ids"] for r in together] == [
-        _hf_greedy(model, ids, 32) for ids in prompts]
+        greedy_cached(model, ids, 32) for ids in prompts]
 
 
 @pytest.fixture(scope="module")

@@ -150,17 +150,32 @@ def test_projection_shapes_of_a_hybrid_config():
     from ninfer.occupancy.explain import projection_shapes
 
     config = Path(__file__).parent.parent / "benchmarks" / "configs" / "qwen3.5-27b.json"
-    shapes = projection_shapes(config)
+    shapes = {role: (k, n) for role, (k, n, w) in projection_shapes(config).items()
+              if w == "float32"}
     assert shapes["gdn_qkv"] == (5120, 10240) and shapes["gdn_z"] == (5120, 6144)
     assert shapes["gdn_ba"] == (5120, 96) and shapes["gdn_out"] == (6144, 5120)
     assert shapes["q_gate"] == shapes["q"] == (5120, 24 * 256)
     assert shapes["k"] == (5120, 4 * 256) and shapes["down"] == (17408, 5120)
+    assert set(shapes) == {"q", "k", "v", "o", "gate_up", "down", "q_gate", "gdn_qkv",
+                           "gdn_z", "gdn_ba", "gdn_out"}
 
 
-def test_explain_markdown_needs_a_config():
+@pytest.mark.parametrize(("args", "message"), [
+    (["--markdown"], "--markdown needs --config"),
+    (["--roles", "gdn_ba"], "--roles needs --config"),
+    (["--config", "CONFIG", "--k", "512"], "exclude each other"),
+    (["--config", "CONFIG", "--markdown", "--plain"], "exclude each other"),
+    (["--config", "CONFIG", "--roles", "mtp_fc"], "--roles: mtp_fc not among"),
+])
+def test_explain_refuses_options_it_would_ignore(args, message):
+    """No option is taken and then left unused: each of these fails before any nvcc run."""
+    from pathlib import Path
+
     from click.testing import CliRunner
 
     from ninfer.occupancy.explain import main
 
-    r = CliRunner().invoke(main, ["--target", "rtx4080s", "--markdown"])
-    assert r.exit_code != 0 and "--markdown needs --config" in r.output
+    config = Path(__file__).parent.parent / "benchmarks" / "configs" / "qwen3.5-27b.json"
+    args = [str(config) if a == "CONFIG" else a for a in args]
+    r = CliRunner().invoke(main, ["--target", "rtx4080s", *args])
+    assert r.exit_code != 0 and message in r.output + (r.stderr or ""), r.output

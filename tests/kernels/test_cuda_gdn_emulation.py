@@ -21,6 +21,7 @@ from test_cuda_emulation import TARGETS, compile_emulated, run_launches
 from ninfer.kernels import reference
 from ninfer.kernels.cuda.gdn import recurrent_layout
 from ninfer.kernels.cuda.lower import build_cuda_source
+from ninfer.kernels.cuda.schedules import cuda_params
 from ninfer.kernels.reference import (
     gdn_conv_states,
     gdn_recurrent_states,
@@ -118,12 +119,26 @@ def test_recurrence_matches_reference(target_name: str, spec: GdnRecurrentSpec) 
     _close(got_state, want_state)
 
 
-def test_recurrence_layout_covers_every_state_element() -> None:
+@pytest.mark.parametrize("target_name", ["h200", "rtx4090"])
+def test_recurrence_layout_covers_every_state_element(target_name: str) -> None:
+    params = cuda_params(TARGETS[target_name]())
     for spec in RECURRENT:
-        tx, kg, kpt = recurrent_layout(spec)
+        tx, kg, kpt = recurrent_layout(spec, params)
         assert tx >= spec.v_dim and tx % 32 == 0 and kg * kpt >= spec.k_dim
         assert (kg - 1) * kpt < spec.k_dim  # no group without rows
-        assert tx * kg <= 512
+        assert tx * kg <= params.recurrent_threads
+
+
+def test_recurrence_block_follows_the_target() -> None:
+    """The block size comes from the target (its register file and block limit): a
+    target of 64-thread blocks gets 64-thread recurrence blocks, and a value head wider
+    than its block is refused, naming the limit."""
+    small = cuda_params(TARGETS["small"]())
+    assert small.recurrent_threads == 64
+    tx, kg, _ = recurrent_layout(RECURRENT[0], small)
+    assert tx * kg <= 64
+    with pytest.raises(NotImplementedError, match="exceeds the 64 threads"):
+        recurrent_layout(RECURRENT[2], small)
 
 
 @pytest.mark.parametrize("spec", GATE, ids=lambda s: s.name())

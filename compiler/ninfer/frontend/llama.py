@@ -7,8 +7,10 @@ traits below. The Hugging Face weight-name mapping is data.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ninfer.frontend.checkpoint import Checkpoint
-from ninfer.frontend.config import FrontendError
+from ninfer.frontend.config import FrontendError, ModelConfig
 from ninfer.frontend.graph import DenseBlockTraits, ModelGraph, dense_decoder_weights
 from ninfer.frontend.hybrid import (
     HYBRID_ARCHITECTURES,
@@ -50,10 +52,22 @@ ARCHITECTURES = {
 def build_graph(ckpt: Checkpoint) -> ModelGraph:
     cfg = ckpt.config
     if cfg.architecture in HYBRID_ARCHITECTURES:
-        hybrid, prefix = hybrid_traits(cfg), text_prefix(ckpt)
-        return _checked(ckpt, ModelGraph(cfg, hybrid, tuple(
-            hybrid_weights(cfg, hybrid, prefix, fused_experts(ckpt, prefix))
-            + mtp_weights(ckpt))))
+        prefix = text_prefix(ckpt)
+        graph = config_graph(cfg, prefix, fused_experts(ckpt, prefix))
+        graph = dataclasses.replace(graph, weights=(*graph.weights, *mtp_weights(ckpt)))
+    else:
+        graph = config_graph(cfg)
+    return _checked(ckpt, graph)
+
+
+def config_graph(cfg: ModelConfig, prefix: str = "model.",
+                 fused: bool = False) -> ModelGraph:
+    """The graph of the model `cfg` describes, its weights named as a checkpoint under
+    `prefix` would hold them (`fused`: fused [E, ...] expert tensors); a config alone
+    gives every shape (occupancy.explain routes a config's projections with it)."""
+    if cfg.architecture in HYBRID_ARCHITECTURES:
+        hybrid = hybrid_traits(cfg)
+        return ModelGraph(cfg, hybrid, tuple(hybrid_weights(cfg, hybrid, prefix, fused)))
     make_traits = ARCHITECTURES.get(cfg.architecture)
     if make_traits is None:
         raise FrontendError(
@@ -68,8 +82,7 @@ def build_graph(ckpt: Checkpoint) -> ModelGraph:
         raise FrontendError(f"{cfg.architecture} with partial_rotary_factor "
                             f"{cfg.rope.partial_factor} is not supported (it rotates whole heads)")
     traits = make_traits(cfg)
-    return _checked(ckpt, ModelGraph(cfg, traits,
-                                     tuple(dense_decoder_weights(cfg, traits, HF_NAMES))))
+    return ModelGraph(cfg, traits, tuple(dense_decoder_weights(cfg, traits, HF_NAMES)))
 
 
 def _checked(ckpt: Checkpoint, graph: ModelGraph) -> ModelGraph:

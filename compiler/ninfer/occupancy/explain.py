@@ -41,26 +41,23 @@ def route_label(split: int) -> str:
     return f"split{split}" if split > 1 else "unsplit"
 
 
-def projection_shapes(config_path: Path) -> dict[str, tuple[int, int]]:
-    """role -> (k, n_out) of the prefill projections of the model a config.json describes
-    (the plan's matmul roles the cooperative family serves; a hybrid's Gated DeltaNet
-    projections first, the gating projection [b|a] among them)."""
+def projection_shapes(config_path: Path, target: str = "h200"
+                      ) -> dict[str, tuple[int, int, str]]:
+    """role -> (k, n_out, weight type) of the prefill projections the cooperative family
+    serves in the model a config.json describes: the compiler's own plan of it
+    (frontend.config_graph, plan.make_plan, kernels.cuda.coop.coop_projections) with f32
+    weights, on `target` with a memory budget that holds any model (only shapes matter)."""
     import json
 
     from ninfer.frontend.config import ModelConfig
-    from ninfer.frontend.hybrid import HYBRID_ARCHITECTURES, hybrid_traits
+    from ninfer.frontend.llama import config_graph
+    from ninfer.kernels.cuda.coop import coop_projections
+    from ninfer.plan import ServeLimits, make_plan
 
-    cfg = ModelConfig.from_dict(json.loads(config_path.read_text()))
-    h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    shapes: dict[str, tuple[int, int]] = {}
-    if cfg.architecture in HYBRID_ARCHITECTURES:
-        t = hybrid_traits(cfg)
-        shapes |= {"gdn_qkv": (h, t.conv_dim), "gdn_z": (h, t.value_width),
-                   "gdn_ba": (h, 2 * t.v_heads), "gdn_out": (t.value_width, h),
-                   "q_gate": (h, q)}
-    shapes |= {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h),
-               "gate_up": (h, 2 * cfg.intermediate_size), "down": (cfg.intermediate_size, h)}
-    return shapes
+    graph = config_graph(ModelConfig.from_dict(json.loads(config_path.read_text())))
+    unbounded = load_target(target).with_overrides(memory_gib=float(1 << 20))
+    plan = make_plan(graph, unbounded, ServeLimits(max_context=256, prefill_chunk=16))
+    return coop_projections(plan.kernels)
 
 
 def _routes_text(router: object) -> str:
@@ -71,8 +68,8 @@ def _routes_text(router: object) -> str:
                      for r in router.routes)
 
 
-def _selected(shapes: dict[str, tuple[int, int]], roles: tuple[str, ...]
-              ) -> dict[str, tuple[int, int]]:
+def _selected(shapes: dict[str, tuple[int, int, str]], roles: tuple[str, ...]
+              ) -> dict[str, tuple[int, int, str]]:
     unknown = [r for r in roles if r not in shapes]
     if unknown:
         raise ValueError(f"--roles: {', '.join(unknown)} not among this model's projections "
@@ -87,7 +84,7 @@ def explain_markdown(args: ExplainArgs) -> str:
 
     assert args.config is not None
     shapes = _selected(projection_shapes(args.config), args.roles)
-    by_shape: dict[tuple[int, int], list[str]] = {}
+    by_shape: dict[tuple[int, int, str], list[str]] = {}
     for role, shape in shapes.items():
         by_shape.setdefault(shape, []).append(role)
     lines = ["| target | SMs | projection (k x n) | routes by prefill tokens |",
@@ -95,10 +92,11 @@ def explain_markdown(args: ExplainArgs) -> str:
     for name in args.targets:
         target = load_target(name)
         for shape, roles in by_shape.items():
-            router = derive_coop_routes(target, *shape, args.max_tokens,
-                                        nvcc_resources(args.cache_dir))
+            k, n_out, wdtype = shape
+            router = derive_coop_routes(target, k, n_out, args.max_tokens,
+                                        nvcc_resources(args.cache_dir), wdtype)
             lines.append(f"| {name} | {target.sm_count} | {' / '.join(roles)} "
-                         f"({shape[0]} x {shape[1]}) | {_routes_text(router)} |")
+                         f"({k} x {n_out}) | {_routes_text(router)} |")
     return "\n".join(lines)
 
 
@@ -117,11 +115,12 @@ def explain(args: ExplainArgs) -> None:
     if not console.is_terminal:
         console = Console(width=200)
     shapes = (_selected(projection_shapes(args.config), args.roles)
-              if args.config is not None else {"": (args.k, args.n_out)})
-    for name, (role, (k, n_out)) in ((t, item) for t in args.targets for item in shapes.items()):
+              if args.config is not None else {"": (args.k, args.n_out, "float32")})
+    for name, (role, (k, n_out, wdtype)) in ((t, item) for t in args.targets
+                                             for item in shapes.items()):
         target = load_target(name)
         router = derive_coop_routes(target, k, n_out, args.max_tokens,
-                                    nvcc_resources(args.cache_dir))
+                                    nvcc_resources(args.cache_dir), wdtype)
         alone = VerificationReport(target, router.variant_checks)
         lines = [f"coop projection {role + ' ' if role else ''}k={k} n_out={n_out}, prefill chunk "
                  f"{args.max_tokens}: routes on {target.name}"]
@@ -142,23 +141,24 @@ def explain(args: ExplainArgs) -> None:
 @click.option("--target", "targets", multiple=True, required=True,
               help=f"Target profile (repeatable; 'all' for every GPU target): "
                    f"{', '.join(available_targets())}.")
-@click.option("--k", default=2048, show_default=True, type=click.IntRange(1),
-              help="Input features of the projection.")
-@click.option("--n", "n_out", default=2048, show_default=True, type=click.IntRange(1),
-              help="Output features of the projection.")
+@click.option("--k", type=click.IntRange(1),
+              help="Input features of the projection (default 2048; not with --config).")
+@click.option("--n", "n_out", type=click.IntRange(1),
+              help="Output features of the projection (default 2048; not with --config).")
 @click.option("--max-tokens", default=2048, show_default=True, type=click.IntRange(1),
               help="Largest prefill chunk the runtime may request.")
 @click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False),
               default=CUDA_CACHE, show_default=True, help="nvcc result cache.")
 @click.option("--plain", is_flag=True, help="Plain-text tables (no colors, fixed width).")
 @click.option("--config", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="A checkpoint's config.json: route its prefill projections (--k and --n "
-                   "are then not used).")
+              help="A checkpoint's config.json: route the prefill projections the compiler "
+                   "plans for it (f32 weights).")
 @click.option("--markdown", is_flag=True,
               help="With --config: one Markdown table of every target's routes.")
 @click.option("--roles", default="", help="With --config: a comma-separated list of the "
               "projections to route (e.g. gdn_qkv,gdn_ba); default all.")
-def main(targets: tuple[str, ...], k: int, n_out: int, max_tokens: int, cache_dir: Path,
+def main(targets: tuple[str, ...], k: int | None, n_out: int | None, max_tokens: int,
+         cache_dir: Path,
          plain: bool, config: Path | None, markdown: bool, roles: str) -> None:
     """Print the launch verifier's tables for the coop projection family."""
     from ninfer.occupancy.verifier import LaunchVerificationError
@@ -167,10 +167,15 @@ def main(targets: tuple[str, ...], k: int, n_out: int, max_tokens: int, cache_di
     if "all" in targets:
         targets = tuple(t for t in available_targets() if load_target(t).is_cuda)
     try:
-        if markdown and config is None:
-            raise click.UsageError("--markdown needs --config")
-        explain(ExplainArgs(targets, k, n_out, max_tokens, cache_dir, plain, config, markdown,
-                            tuple(r for r in roles.split(",") if r)))
+        if config is None and (markdown or roles):
+            raise click.UsageError(f"{'--markdown' if markdown else '--roles'} needs --config")
+        if config is not None and (k or n_out):
+            raise click.UsageError("--k / --n and --config exclude each other: the config "
+                                   "gives the shapes")
+        if markdown and plain:
+            raise click.UsageError("--markdown and --plain exclude each other")
+        explain(ExplainArgs(targets, k or 2048, n_out or 2048, max_tokens, cache_dir, plain,
+                            config, markdown, tuple(r for r in roles.split(",") if r)))
     except (TargetError, LaunchVerificationError, RuntimeError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

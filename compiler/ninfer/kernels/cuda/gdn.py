@@ -17,16 +17,18 @@ number below comes from the spec and `CudaParams`.
   (so a decode step of several sequences runs them in parallel, and a prefill chunk's rows
   stay in order in one block), TX x KG threads: thread (g, j) holds column j of the head's
   state S [dk, dv] for the key rows i = g * KPT .. g * KPT + KPT - 1 in registers (TX: dv
-  rounded up to a warp, KG key groups, KPT = ceil(dk / KG) <= MAX_STATE_REGS). Per row, in
-  order: q and k of the key head into shared memory and their inverse L2 norms (warp 0); S
-  *= exp(g); mem = S^T k (the KG partial sums meet in shared memory, summed in group
-  order); delta = (v - mem) * beta; S += k delta^T; out = S^T q. The state is read at the
-  block's first row and written back after its last.
-- Output norm (GdnNormSpec): one warp per (row, value head).
-- Router (MoeRouterSpec): one warp per row: softmax max and sum, then top_k passes of a
-  warp-wide (logit, id) argmax over the experts not yet picked (the lower id on ties),
-  weights exp(l - max) / sum, renormalised when the spec says. Lane c of the warp owns
-  experts e = c (mod 32), so at most 32 x 32 experts (a bit mask per lane).
+  rounded up to a warp, KG key groups, KPT = ceil(dk / KG) <= MAX_STATE_REGS; at most
+  CudaParams.recurrent_threads, from the target's register file). Per row, in order: q and
+  k of the key head into shared memory and their inverse L2 norms (warp 0); S *= exp(g);
+  mem = S^T k (the KG partial sums meet in shared memory, summed in group order); delta =
+  (v - mem) * beta; S += k delta^T; out = S^T q. The state is read at the block's first
+  row and written back after its last.
+- Output norm (GdnNormSpec): one warp per (row, value head), the elementwise block size.
+- Router (MoeRouterSpec): one warp per row, the elementwise block size: softmax max and
+  sum, then top_k passes of a warp-wide (logit, id) argmax over the experts not yet picked
+  (the lower id on ties), weights exp(l - max) / sum, renormalised when the spec says.
+  Lane c of the warp owns experts e = c (mod 32), so at most 32 x 32 experts (a bit mask
+  per lane).
 - Combine (MoeCombineSpec): one block per row: x . gate (warp sums, then warps in order),
   then per channel the top_k routed rows in order plus sigmoid(x . gate) x shared.
 
@@ -57,11 +59,8 @@ from .schedules import WARP, CudaParams, pow2_ceil
 TEMPLATE = "cuda/gdn.cu.j2"
 HAND_WRITTEN = (GdnConvSpec, GdnGateSpec, GdnRecurrentSpec, GdnNormSpec, MoeRouterSpec,
                 MoeCombineSpec)
-MAX_RECURRENT_THREADS = 512
-MAX_STATE_REGS = 64  # state floats per recurrence thread (registers)
-NORM_WARPS = 8  # (row, head) pairs per norm block
-ROUTER_WARPS = 4  # rows per router block
-MAX_EXPERTS = WARP * 32
+MAX_STATE_REGS = 64  # state floats per recurrence thread (schedules.RECURRENT_REGISTERS)
+MAX_EXPERTS = WARP * 32  # the router's per-lane bit mask of picked experts
 
 
 def is_hand_written(spec: KernelSpec) -> bool:
@@ -72,18 +71,16 @@ def kernel_symbol(spec: KernelSpec) -> str:
     return f"{spec.name()}_kernel"
 
 
-def _round_warp(x: int) -> int:
-    return -(-x // WARP) * WARP
-
-
-def recurrent_layout(spec: GdnRecurrentSpec) -> tuple[int, int, int]:
-    """(TX, KG, KPT): threads per state column block, key groups, key rows per thread."""
-    tx = _round_warp(spec.v_dim)
-    if tx > MAX_RECURRENT_THREADS:
-        raise NotImplementedError(f"{spec.name()}: v_dim {spec.v_dim} exceeds the "
-                                  f"{MAX_RECURRENT_THREADS} threads of one recurrence block")
+def recurrent_layout(spec: GdnRecurrentSpec, params: CudaParams) -> tuple[int, int, int]:
+    """(TX, KG, KPT): threads per state column block, key groups, key rows per thread,
+    within params.recurrent_threads."""
+    most = params.recurrent_threads
+    tx = -(-spec.v_dim // WARP) * WARP
+    if tx > most:
+        raise NotImplementedError(f"{spec.name()}: v_dim {spec.v_dim} exceeds the {most} "
+                                  "threads of one recurrence block on this target")
     kg = 1
-    while kg * 2 * tx <= MAX_RECURRENT_THREADS and kg * 2 <= spec.k_dim:
+    while kg * 2 * tx <= most and kg * 2 <= spec.k_dim:
         kg *= 2
     kpt = -(-spec.k_dim // kg)
     kg = -(-spec.k_dim // kpt)  # no group without key rows
@@ -107,15 +104,16 @@ def launch_shape(spec: KernelSpec, params: CudaParams) -> tuple[tuple[Expr, Expr
         threads = _threads(params, spec.v_heads)
         return (ceil_div(N * spec.v_heads, threads), ONE, ONE), threads
     if isinstance(spec, GdnRecurrentSpec):
-        tx, kg, _ = recurrent_layout(spec)
+        tx, kg, _ = recurrent_layout(spec, params)
         return (Const(spec.v_heads), Const(spec.max_seqs), ONE), tx * kg
+    warps = params.elementwise_threads // WARP  # norm: (row, head) pairs; router: rows
     if isinstance(spec, GdnNormSpec):
-        return (ceil_div(N * spec.v_heads, NORM_WARPS), ONE, ONE), NORM_WARPS * WARP
+        return (ceil_div(N * spec.v_heads, warps), ONE, ONE), warps * WARP
     if isinstance(spec, MoeRouterSpec):
         if spec.experts > MAX_EXPERTS:
             raise NotImplementedError(f"{spec.name()}: the CUDA router takes at most "
                                       f"{MAX_EXPERTS} experts")
-        return (ceil_div(N, ROUTER_WARPS), ONE, ONE), ROUTER_WARPS * WARP
+        return (ceil_div(N, warps), ONE, ONE), warps * WARP
     if isinstance(spec, MoeCombineSpec):
         return (N, ONE, ONE), _threads(params, spec.hidden)
     raise NotImplementedError(f"no hand-written CUDA kernel for family {spec.family!r}")
@@ -130,7 +128,7 @@ def _values(spec: KernelSpec, params: CudaParams) -> dict[str, object]:
     elif isinstance(spec, GdnGateSpec):
         values |= {"v_heads": spec.v_heads}
     elif isinstance(spec, GdnRecurrentSpec):
-        tx, kg, kpt = recurrent_layout(spec)
+        tx, kg, kpt = recurrent_layout(spec, params)
         values |= {"k_heads": spec.k_heads, "v_heads": spec.v_heads, "k_dim": spec.k_dim,
                    "v_dim": spec.v_dim, "max_seqs": spec.max_seqs, "channels": spec.channels,
                    "tx": tx, "kg": kg, "kpt": kpt, "scale": repr(float(spec.k_dim**-0.5))}

@@ -28,6 +28,9 @@ VECTOR = 4  # float32 lanes of one 16-byte load or store
 UNROLL = 256  # pragma_auto_unroll_max_step of fixed-extent inner loops
 GEMV_MAX_ROWS = 8  # output rows (one warp each) of the largest gemv block
 PREFERRED_THREADS = 256  # block size of simple kernels, unless occupancy needs more
+# Registers a GDN recurrence thread is budgeted: up to kernels.cuda.gdn.MAX_STATE_REGS
+# state floats plus its addresses and partial sums (nvcc's real count is verified)
+RECURRENT_REGISTERS = 128
 GEMM_MICRO_K = (32, 16, 8)  # k per gemm shared-memory stage, largest that fits first
 @dataclass(frozen=True)
 class GemmTiles:
@@ -60,6 +63,7 @@ class CudaParams:
     gemv_min_blocks: int  # gemv blocks needed to keep every SM busy with small tails
     gemm: GemmTiles
     attention_threads: int  # block size of attention (one block per query row and head)
+    recurrent_threads: int  # most threads of a Gated DeltaNet recurrence block
     bytes_in_flight_per_sm: int  # loads one SM must keep in flight to draw its bandwidth share
     max_dynamic_smem: int  # bytes of shared memory one block may opt into
 
@@ -81,6 +85,8 @@ def cuda_params(target: Target) -> CudaParams:
       has 4 blocks per SM (sm_count), so the last wave is a small fraction of the work.
     - gemm: micro_k is the largest stage whose shared memory, times the CTAs a full SM
       holds, fits in shared_memory_per_sm.
+    - GDN recurrence: the most threads (power of two) whose RECURRENT_REGISTERS each fit
+      one SM's register file with one block resident (its state lives in registers).
     - attention: half of an SM's resident threads (power of two, within
       max_threads_per_block), since decode launches only heads x rows blocks; its key
       loops are unrolled until one block has bytes_in_flight_per_sm of loads outstanding
@@ -107,6 +113,8 @@ def cuda_params(target: Target) -> CudaParams:
         gemv_min_blocks=4 * target.sm_count,
         gemm=gemm,
         attention_threads=pow2_floor(min(target.max_threads_per_block, resident // 2)),
+        recurrent_threads=pow2_floor(min(target.max_threads_per_block,
+                                         target.registers_per_sm // RECURRENT_REGISTERS)),
         bytes_in_flight_per_sm=int(
             target.bandwidth_gbs * target.memory_latency_ns / target.sm_count),
         max_dynamic_smem=target.shared_memory_per_block_optin,
