@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import read_response, send_completion
+from conftest import TEST_MODELS, CompiledModel, compile_once, read_response, send_completion
 from ninfer.bench.hf_reference import greedy_cached
 from ninfer.runtime import Server
 
@@ -326,3 +327,36 @@ def test_mtp_tensors_are_stored_in_the_artifact_as_the_checkpoint_holds_them(
     assert (make_plan(with_mtp.graph, cpu, limits).memory.weights_bytes
             == make_plan(plain.graph, cpu, limits).memory.weights_bytes)
     assert any("7 mtp.* tensors) is stored in the artifact" in n for n in with_mtp.notes)
+
+
+@pytest.fixture(scope="module")
+def chunked(qwen35_model: CompiledModel):
+    """The tiny Qwen3.5 compiled with --gdn-prefill chunked: 80-row steps beside 4 sequences
+    give the 64-row chunk, to which the scheduler aligns prompt steps."""
+    from ninfer.pipeline import CompileOptions
+
+    out = TEST_MODELS / "qwen35-tiny-chunked-cpu"
+    compile_once(CompileOptions(model_dir=qwen35_model.checkpoint, target="cpu", out_dir=out,
+                                model_id="qwen35-tiny", max_context=256, prefill_chunk=80,
+                                max_concurrency=4, kv_dtype="f32", gdn_prefill="chunked"))
+    report = (out / "compile_report.json").read_text()
+    assert re.search(r"gdn_recurrent_\w+_c64\b", report), "no 64-row chunked recurrence"
+    with Server(out, threads=2) as srv:
+        yield qwen35_model.hf_model(), srv
+
+
+def test_chunked_gdn_prefill_matches_transformers_alone_and_in_a_batch(chunked):
+    """Prompts of 150 and 70 tokens (chunk boundaries at 64 and 128 inside them) through the
+    chunked (WY) form: 32 greedy tokens are transformers', and the four streams batched
+    together, whose prompt steps are cut where the scheduler's alignment puts them, give
+    the same tokens as each alone."""
+    model, srv = chunked
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(0, 2000, n).tolist() for n in (150, 70, 9, 33)]
+    want = [greedy_cached(model, ids, 32) for ids in prompts]
+    solo = [srv.client.post("/v1/completions", json=_body(ids)).json()["choices"][0]["token_ids"]
+            for ids in prompts]
+    assert solo == want
+    together = _together(srv, [_body(ids) for ids in prompts])
+    assert [r["choices"][0]["token_ids"] for r in together] == want
+

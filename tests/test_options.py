@@ -21,6 +21,7 @@ MODEL = Path("model")
     ({"kv_dtype": "int2"}, "--kv-dtype 'int2' is not one of"),
     ({"kv_capacity": -1}, "--kv-capacity -1"),
     ({"prefill_chunk": 0}, "--prefill-chunk 0 must be at least 1"),
+    ({"gdn_prefill": "wy"}, "--gdn-prefill must be one of auto, recurrent, chunked"),
 ])
 def test_invalid_options_are_refused_when_made(options, message):
     with pytest.raises(OptionsError, match=message):
@@ -33,6 +34,11 @@ def test_target_checks_and_resolved_values():
         CompileOptions(MODEL, prefill_projections="coop").check_target(cpu)
     with pytest.raises(OptionsError, match="rtx4080s with one of those"):
         CompileOptions(MODEL, kv_dtype="int8").check_target(gpu)
+    with pytest.raises(OptionsError, match="rtx4080s's Gated DeltaNet recurrence runs row"):
+        CompileOptions(MODEL, gdn_prefill="chunked").check_target(gpu)
+    assert CompileOptions(MODEL).serve_limits(cpu, 4096).gdn_prefill == "recurrent"
+    assert CompileOptions(MODEL, gdn_prefill="chunked").serve_limits(
+        cpu, 4096).gdn_prefill == "chunked"
     auto = CompileOptions(MODEL)
     assert (auto.projections(cpu), auto.projections(gpu)) == ("tvm", "coop")
     assert CompileOptions(MODEL).serve_limits(cpu, 40960).gemv_max_rows == 8
@@ -64,3 +70,18 @@ def test_limits_left_out_fit_the_model_and_say_so():
     # values given are never changed: a contradiction is refused by make_plan
     assert _limits(CompileOptions(MODEL, max_context=64, prefill_chunk=512), 1024) == (
         64, 512, 8)
+
+
+def test_gdn_chunk_follows_the_room_a_step_leaves_a_prompt():
+    """64 rows when a step holds them beside every other sequence's decode row, else the
+    largest power of two that fits; below 8 rows the compile refuses with the numbers."""
+    from ninfer.plan import PlanError, ServeLimits, gdn_chunk
+
+    def chunk(prefill: int, conc: int, mode: str = "chunked") -> int:
+        return gdn_chunk(ServeLimits(4096, prefill, max_concurrency=conc, gdn_prefill=mode))
+
+    assert (chunk(512, 8), chunk(71, 8), chunk(70, 8), chunk(16, 8)) == (64, 64, 32, 8)
+    assert chunk(512, 8, "recurrent") == 1
+    with pytest.raises(PlanError, match="--prefill-chunk 14 leaves 7"):
+        chunk(14, 8)
+

@@ -53,6 +53,11 @@ console = Console(stderr=True)
               help="Storage format of the KV cache: floats, fp8 e4m3, or int8/int4 with an "
                    "fp16 scale per 32 values (int4 keys Hadamard-rotated). CUDA targets read "
                    "f32, f16 and bf16.")
+@click.option("--gdn-prefill", default="auto", show_default=True,
+              type=click.Choice(["auto", "recurrent", "chunked"]),
+              help="Hybrid models: a prompt's Gated DeltaNet recurrence row by row, or in "
+                   "64-row chunks of the WY form (cpu target). auto = recurrent, the faster "
+                   "on the CPUs measured.")
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
@@ -77,7 +82,7 @@ console = Console(stderr=True)
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
          max_context: int | None, prefill_chunk: int | None, max_concurrency: int | None,
          kv_capacity: str,
-         weights: str, weight_overrides: tuple[str, ...], kv_dtype: str,
+         weights: str, weight_overrides: tuple[str, ...], kv_dtype: str, gdn_prefill: str,
          memory_gib: float | None,
          no_python_module: bool, no_build: bool, dump_dir: Path | None,
          prefill_projections: str,
@@ -124,7 +129,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                               max_concurrency=max_concurrency,
                               kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
                               weights=weights, weight_overrides=tuple(overrides),
-                              kv_dtype=kv_dtype, memory_gib=memory_gib,
+                              kv_dtype=kv_dtype, gdn_prefill=gdn_prefill,
+                              memory_gib=memory_gib,
                               python_module=not no_python_module, build=not no_build,
                               dump_dir=dump_dir,
                               prefill_projections=prefill_projections,

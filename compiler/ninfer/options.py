@@ -17,6 +17,7 @@ from ninfer.quantize.kv_formats import KV_DTYPES
 from ninfer.targets import Target
 
 PREFILL_PROJECTIONS = ("auto", "tvm", "coop")
+GDN_PREFILL = ("auto", "recurrent", "chunked")
 # KV-cache formats the CUDA attention reads (kernels.cuda.attention.CUDA_KV_FORMATS)
 CUDA_KV_DTYPES = ("f32", "f16", "bf16")
 # Row counts up to this run the GEMV schedule. On the CPU the float GEMV's 2- and 3-row
@@ -67,6 +68,12 @@ class CompileOptions:
     # cooperative split-K family with verifier-derived routes (validated on an H200);
     # "auto" = coop on CUDA targets, tvm on the CPU.
     prefill_projections: str = "auto"
+    # Hybrid models' Gated DeltaNet prefill: "recurrent" runs a prompt row by row,
+    # "chunked" in 64-row chunks of the WY form (GdnRecurrentSpec.chunk; cpu only so far);
+    # "auto" = recurrent, the faster of the two on the CPUs measured (benchmarks/RESULTS.md:
+    # the chunked form does as many FMAs per row as the recurrence, which keeps the state in
+    # cache, so it only pays with matrix units).
+    gdn_prefill: str = "auto"
     kernel_cache: Path = field(default_factory=lambda: DEFAULT_BUILD_DIR / ".kernel-cache")
     # False: build everything but model.ninfer (write it later with write_model_artifact,
     # e.g. on a machine that holds the weights but not TVM).
@@ -80,6 +87,9 @@ class CompileOptions:
         if self.prefill_projections not in PREFILL_PROJECTIONS:
             raise OptionsError(f"--prefill-projections must be 'auto', 'tvm' or 'coop', got "
                                f"{self.prefill_projections!r}")
+        if self.gdn_prefill not in GDN_PREFILL:
+            raise OptionsError(f"--gdn-prefill must be one of {', '.join(GDN_PREFILL)}, got "
+                               f"{self.gdn_prefill!r}")
         if self.weights != "auto" and self.weights not in FORMAT_WDTYPES:
             raise OptionsError(f"weight format {self.weights!r} is not 'auto' or one of "
                                f"{', '.join(FORMAT_WDTYPES)}")
@@ -116,6 +126,10 @@ class CompileOptions:
         """Raise OptionsError where an option does not suit `target`."""
         if self.prefill_projections == "coop" and not target.is_cuda:
             raise OptionsError("--prefill-projections coop needs a CUDA target")
+        if self.gdn_prefill == "chunked" and target.is_cuda:
+            raise OptionsError(f"--gdn-prefill chunked: {target.name}'s Gated DeltaNet "
+                               "recurrence runs row by row so far (the chunked form is the "
+                               "cpu target's); use recurrent or auto")
         if target.is_cuda and self.kv_dtype not in CUDA_KV_DTYPES:
             raise OptionsError(f"--kv-dtype {self.kv_dtype}: the CUDA attention reads "
                                f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "
@@ -134,7 +148,9 @@ class CompileOptions:
         gemv_rows = GEMV_MAX_ROWS_CPU if target.kind == "cpu" else GEMV_MAX_ROWS
         context, chunk, concurrency = self._limit_values(max_positions)
         return ServeLimits(context, chunk, max_concurrency=concurrency, gemv_max_rows=gemv_rows,
-                           kv_capacity=self.kv_capacity, kv_dtype=self.kv_dtype)
+                           kv_capacity=self.kv_capacity, kv_dtype=self.kv_dtype,
+                           gdn_prefill="chunked" if self.gdn_prefill == "chunked"
+                           else "recurrent")
 
     def limit_notes(self, max_positions: int) -> tuple[str, ...]:
         """What the compile says about each serve limit it chose (the ones not given)."""

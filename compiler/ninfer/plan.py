@@ -31,6 +31,7 @@ from ninfer.kernels.spec import (
     SigmoidGateSpec,
     SiluMulSpec,
 )
+from ninfer.kernels.spec_hybrid import GDN_CHUNK
 from ninfer.quantize.kv_formats import (
     KV_DTYPES,
     check_head_dim,
@@ -92,6 +93,8 @@ class ServeLimits:
     kv_block_size: int = 16  # tokens per KV block
     kv_capacity: int = 0  # tokens in the KV pool; 0 = auto (every slot at full context)
     kv_dtype: str = "f16"  # storage format of the KV cache (ninfer.quantize.kv_formats)
+    # a hybrid's Gated DeltaNet prefill: "recurrent" (row by row) or "chunked" (gdn_chunk)
+    gdn_prefill: Literal["recurrent", "chunked"] = "recurrent"
 
     def validate(self, graph: ModelGraph) -> None:
         cfg = graph.config
@@ -126,6 +129,22 @@ class ServeLimits:
     @property
     def blocks_per_seq(self) -> int:
         return -(-self.max_context // self.kv_block_size)
+
+
+def gdn_chunk(limits: ServeLimits) -> int:
+    """The chunk of the Gated DeltaNet recurrence (GdnRecurrentSpec.chunk): 1 (row by row)
+    unless --gdn-prefill chunked, then GDN_CHUNK or the largest power of two a step can
+    give the oldest prompt beside every other sequence's decode row (the scheduler aligns
+    prompt steps to it)."""
+    if limits.gdn_prefill == "recurrent":
+        return 1
+    room = limits.prefill_chunk - limits.max_concurrency + 1
+    chunk = min(GDN_CHUNK, 1 << (room.bit_length() - 1))
+    if chunk < 8:
+        raise PlanError(f"--gdn-prefill chunked needs 8 prompt rows in a step beside "
+                        f"{limits.max_concurrency - 1} decode rows; --prefill-chunk "
+                        f"{limits.prefill_chunk} leaves {room}: raise it or use recurrent")
+    return chunk
 
 
 @dataclass(frozen=True)
@@ -255,6 +274,9 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     bias = graph.traits.qkv_bias
 
     hybrid = graph.traits if isinstance(graph.traits, HybridTraits) else None
+    if limits.gdn_prefill == "chunked" and not hybrid:
+        raise PlanError("--gdn-prefill chunked: this model has no Gated DeltaNet layers "
+                        "(only the hybrid Qwen3.5 / Qwen3-Next families do)")
     attn_layers = len(hybrid.attention_layers) if hybrid else cfg.num_layers
     rotary = graph.rope_dims
 
@@ -363,7 +385,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
             "gdn_conv": GdnConvSpec(t.conv_dim, t.conv_kernel, state_slots),
             "gdn_gate": GdnGateSpec(t.v_heads),
             "gdn_recurrent": GdnRecurrentSpec(t.k_heads, t.v_heads, t.k_dim, t.v_dim,
-                                              state_slots),
+                                              state_slots, gdn_chunk(limits)),
             "gdn_norm": GdnNormSpec(t.v_heads, t.v_dim, cfg.rms_norm_eps),
         }
         shapes = [("q_gate", h, q_dim), ("gdn_qkv", h, t.conv_dim), ("gdn_z", h, t.value_width),

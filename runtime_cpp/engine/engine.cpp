@@ -64,6 +64,11 @@ SchedulerConfig scheduler_config(const ModelInfo& info, const EngineOptions& o) 
   c.block_size = info.kv_block_size;
   c.blocks_per_seq = info.blocks_per_seq;
   c.share_prompt_blocks = info.state_slots == 0;
+  // The model's alignment where a step of this configuration can always honour it; a
+  // smaller one would cut where the kernels do not, so none then (any cut is still
+  // correct, only not bit-identical across schedules).
+  if (c.prefill_chunk - c.max_concurrency + 1 >= info.prefill_align)
+    c.prefill_align = info.prefill_align;
   if (c.prefill_chunk > info.prefill_chunk)
     throw std::logic_error("engine options: prefill chunk " + std::to_string(c.prefill_chunk) +
                            " above the compiled " + std::to_string(info.prefill_chunk));

@@ -19,6 +19,20 @@ Scheduler::Scheduler(const SchedulerConfig& config)
               std::to_string(config.table_rows) + "]");
   require(config.prefill_chunk >= 1, "prefill chunk below 1");
   require(config.blocks_per_seq >= 1, "blocks per sequence below 1");
+  require(config.prefill_align >= 1 &&
+              (config.prefill_align == 1 ||
+               config.prefill_chunk - config.max_concurrency + 1 >= config.prefill_align),
+          "prefill alignment " + std::to_string(config.prefill_align) + " does not fit a step of " +
+              std::to_string(config.prefill_chunk) + " rows with " +
+              std::to_string(config.max_concurrency - 1) + " decode rows");
+}
+
+int Scheduler::prompt_rows(const Sequence& s, int budget) const {
+  const int pending = s.pending();
+  if (pending <= budget || config_.prefill_align == 1) return std::min(pending, budget);
+  const int a = config_.prefill_align;
+  const int end = (s.num_computed + budget) / a * a;
+  return std::max(0, end - s.num_computed);
 }
 
 int Scheduler::max_positions() const {
@@ -163,8 +177,10 @@ StepPlan Scheduler::plan(int prefill_limit) {
     if (!self_preempted) add_chunk(s, 1);
   }
 
-  // Decode rows keep their pace: prompt rows are capped while anything decodes.
-  if (plan.rows > 0 && prefill_limit < budget) budget = std::max(1, prefill_limit);
+  // Decode rows keep their pace: prompt rows are capped while anything decodes (to no
+  // fewer than the alignment, which the oldest prompt needs to progress).
+  if (plan.rows > 0 && prefill_limit < budget)
+    budget = std::min(budget, std::max({1, prefill_limit, config_.prefill_align}));
 
   // 2. Prompt chunks of running sequences still prefilling, oldest first. Their blocks
   // were allocated at admission.
@@ -177,7 +193,8 @@ StepPlan Scheduler::plan(int prefill_limit) {
     if (budget == 0) break;
     if (!kv_.grow(s->blocks, static_cast<int>(s->tokens.size())))
       throw std::logic_error("a prefilling sequence lacks the blocks reserved at admission");
-    add_chunk(s, std::min(s->pending(), budget));
+    const int rows = prompt_rows(*s, budget);
+    if (rows > 0) add_chunk(s, rows);
   }
 
   // 3. Admission, strictly in order (the head is never overtaken, so it cannot starve),
@@ -185,7 +202,7 @@ StepPlan Scheduler::plan(int prefill_limit) {
   while (budget > 0 && plan.preempted.empty() && !waiting_.empty()) {
     Sequence* s = waiting_.front();
     const int group = 1 + static_cast<int>(s->forks.size());
-    if (free_slots() < group) break;
+    if (free_slots() < group || prompt_rows(*s, budget) == 0) break;
     const int n = static_cast<int>(s->tokens.size());
     // Each fork shares the blocks before the one holding the prompt's last position and
     // gets blocks of its own for the rest.
@@ -208,7 +225,7 @@ StepPlan Scheduler::plan(int prefill_limit) {
     s->num_computed = 0;
     running_.push_back(s);
     plan.admitted.push_back(s);
-    add_chunk(s, std::min(s->pending(), budget));
+    add_chunk(s, prompt_rows(*s, budget));
     for (Sequence* f : s->forks) {  // rows from a later step on
       if (!kv_.grow(f->blocks, own * config_.block_size))
         throw std::logic_error("a fork lacks the blocks counted for it");

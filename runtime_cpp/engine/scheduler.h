@@ -74,6 +74,12 @@ struct SchedulerConfig {
   // n > 1: the choices share the prompt's KV blocks (one prefill). Off for models with
   // recurrent state (ModelInfo::state_slots), whose choices each prefill their prompt.
   bool share_prompt_blocks = true;
+  // > 1: a prompt chunk that is not the prompt's last ends at a position that is a
+  // multiple of this (ModelInfo::prefill_align: the Gated DeltaNet kernels' chunk, whose
+  // results depend on where a prompt's steps end), and a step that also decodes still
+  // gives prompts this many rows. Needs prefill_chunk - max_concurrency + 1 >= it, so the
+  // oldest prefilling sequence always reaches its next multiple.
+  int prefill_align = 1;
 };
 
 class Scheduler {
@@ -110,6 +116,9 @@ class Scheduler {
   void detach_forks(Sequence* seq, StepPlan* plan, int* budget);
   void enqueue_in_order(Sequence* seq);
   int take_slot();
+  // Rows of `s`'s prompt for a step with `budget` rows left: all it has pending if they
+  // fit, else up to the last multiple of the alignment within the budget (0: none).
+  int prompt_rows(const Sequence& s, int budget) const;
 
   SchedulerConfig config_;
   KvBlocks kv_;

@@ -39,6 +39,11 @@ struct ModelInfo {
   // sequence's state lives in its slot and starts from zeros at position 0, so a model
   // with state cannot continue a sequence from KV blocks another sequence computed.
   int state_slots = 0;
+  // Positions at which a prompt's steps should end (SchedulerConfig::prefill_align): a
+  // model whose results depend on where a prompt is cut (the chunked Gated DeltaNet
+  // kernel cuts segments at multiples of its chunk) gets the same bits from every
+  // schedule when the cuts are there. 1: any cut.
+  int prefill_align = 1;
 };
 
 // One step. Rows of one sequence should be contiguous with consecutive positions.

@@ -165,7 +165,10 @@ def test_dense_hybrid_model_matches_transformers() -> None:
 
 # ---- the CPU kernel of the recurrence ------------------------------------------------------
 
-GDN_SPECS = [GdnRecurrentSpec(2, 4, 16, 8, 3), GdnRecurrentSpec(1, 1, 32, 16, 2)]
+GDN_SPECS = [GdnRecurrentSpec(2, 4, 16, 8, 3), GdnRecurrentSpec(1, 1, 32, 16, 2),
+             # the chunked (WY) form: chunks of 8 and 16 rows
+             GdnRecurrentSpec(2, 4, 16, 8, 3, chunk=8), GdnRecurrentSpec(1, 1, 32, 16, 2, chunk=16)]
+CHUNKED_27B = GdnRecurrentSpec(1, 2, 128, 128, 2, chunk=64)  # Qwen3.5-27B's head dims
 CONV_SPECS = [GdnConvSpec(20, 4, 3), GdnConvSpec(16, 2, 2)]  # a channel tail; kernel 2
 
 
@@ -176,7 +179,7 @@ def gdn_kernels():  # type: ignore[no-untyped-def]
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     from ninfer.kernels import build_cpu_module
 
-    return build_cpu_module(GDN_SPECS + CONV_SPECS)
+    return build_cpu_module(GDN_SPECS + CONV_SPECS + [CHUNKED_27B])
 
 
 def _gdn_inputs(spec: GdnRecurrentSpec, slots: list[int], rng: np.random.Generator,
@@ -196,7 +199,11 @@ def _gdn_inputs(spec: GdnRecurrentSpec, slots: list[int], rng: np.random.Generat
 @pytest.mark.parametrize(("slots", "pos"), [
     ([0], None), ([1] * 7, None), ([1, 0, 0, 1, 0, 1, 1, 0], None),
     # slot 1 starts a new sequence at its third row, slot 0 at its first
-    ([1, 0, 1, 1, 0, 1], [3, 0, 4, 0, 1, 1])], ids=["decode", "prefill", "mixed", "restart"])
+    ([1, 0, 1, 1, 0, 1], [3, 0, 4, 0, 1, 1]),
+    # a prompt run from position 5 across chunk boundaries (segments 3, 8, 8, 16, ...), a
+    # decode row of slot 0 in between, slot 2 restarting at 0 with a run of 21
+    ([1] * 27 + [0] + [1] * 14 + [2] * 21, [*range(5, 32), 40, *range(32, 46), *range(21)])],
+    ids=["decode", "prefill", "mixed", "restart", "chunks"])
 def test_gdn_recurrent_kernel_matches_reference(gdn_kernels, spec: GdnRecurrentSpec,  # type: ignore[no-untyped-def]
                                                 slots: list[int], pos: list[int] | None) -> None:
     import tvm
@@ -216,6 +223,45 @@ def test_gdn_recurrent_kernel_matches_reference(gdn_kernels, spec: GdnRecurrentS
         assert err < 2e-6, f"{spec.name()} {what}: relative error {err:.3g}"
     untouched = sorted(set(range(spec.max_seqs)) - set(slots))
     assert np.array_equal(args[4].numpy()[untouched], inputs[4][untouched])
+
+
+def _run_gdn(ex, spec: GdnRecurrentSpec, inputs: list[np.ndarray]  # type: ignore[no-untyped-def]
+             ) -> tuple[np.ndarray, np.ndarray]:
+    import tvm
+
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    out = tvm.runtime.tensor(np.full((len(inputs[0]), spec.v_heads, spec.v_dim), np.nan,
+                                     np.float32))
+    ex[spec.name()](*args, out)
+    return out.numpy(), args[4].numpy()
+
+
+def test_chunked_delta_rule_matches_the_recurrence_at_27b_head_dims(gdn_kernels) -> None:  # type: ignore[no-untyped-def]
+    """The chunked (WY, 64-row) kernel at Qwen3.5-27B's 128 x 128 heads over a prompt run
+    from position 37 (segments of 27, 64 and 59 rows: boundaries that are not multiples of
+    64 from the run's start), then 3 decode rows: against the float64 recurrence, and the
+    same input split at position 64 into two calls gives the same bits (the segments are
+    cut at absolute positions, so a schedule whose steps end there changes nothing)."""
+    from ninfer.kernels import reference
+    from ninfer.kernels.reference import gdn_recurrent_states
+
+    spec = CHUNKED_27B
+    pos = [*range(37, 187), 187, 188, 189]
+    inputs = _gdn_inputs(spec, [1] * len(pos), np.random.default_rng(27), pos)
+    out, state = _run_gdn(gdn_kernels, spec, inputs)
+    for got, want, what in ((out, reference(spec, *inputs), "out"),
+                            (state, gdn_recurrent_states(spec, *inputs), "state")):
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert err < 2e-6, f"{what}: relative error {err:.3g}"
+    cut = 64 - 37
+    first, mid = _run_gdn(gdn_kernels, spec, [a[:cut] for a in inputs[:4]] + [inputs[4]])
+    second, end = _run_gdn(gdn_kernels, spec, [a[cut:] for a in inputs[:4]] + [mid])
+    assert np.array_equal(np.concatenate([first, second]), out)
+    assert np.array_equal(end, state)
+    # cut inside a chunk instead: still the same rule, not the same bits
+    first, mid = _run_gdn(gdn_kernels, spec, [a[:50] for a in inputs[:4]] + [inputs[4]])
+    second, end = _run_gdn(gdn_kernels, spec, [a[50:] for a in inputs[:4]] + [mid])
+    np.testing.assert_allclose(np.concatenate([first, second]), out, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("spec", CONV_SPECS, ids=lambda s: s.name())

@@ -2,6 +2,7 @@
 // their invariants on hand-made and random workloads.
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -80,6 +81,8 @@ void check_plan(const Scheduler& sc, const StepPlan& plan) {
     const bool decode = c.seq->pending() == 1 && !admitted;
     if (decode) CHECK(!prefill_seen);  // decode rows first
     else prefill_seen = true;
+    // A prompt chunk that is not the prompt's last ends on the alignment.
+    if (!decode && !c.logits) CHECK((c.start + c.count) % cfg.prefill_align == 0);
     rows += c.count;
   }
   CHECK(rows == plan.rows);
@@ -105,14 +108,15 @@ void check_plan(const Scheduler& sc, const StepPlan& plan) {
 }
 
 // Runs sequences to completion; returns the number of steps.
-int simulate(const SchedulerConfig& cfg, std::vector<SimSeq>& seqs, int max_steps = 100000) {
+int simulate(const SchedulerConfig& cfg, std::vector<SimSeq>& seqs, int max_steps = 100000,
+             int prefill_limit = std::numeric_limits<int>::max()) {
   Scheduler sc(cfg);
   for (SimSeq& s : seqs) sc.add(&s);
   int steps = 0, live = static_cast<int>(seqs.size());
   std::vector<int32_t> tables(static_cast<size_t>(cfg.table_rows) * cfg.blocks_per_seq);
   while (live > 0) {
     CHECK(++steps < max_steps);
-    StepPlan plan = sc.plan();
+    StepPlan plan = sc.plan(prefill_limit);
     CHECK(plan.rows > 0);  // something always runs
     check_plan(sc, plan);
     sc.fill_block_tables(tables.data());
@@ -230,6 +234,51 @@ void test_scheduler() {
     CHECK(seqs[0].preemptions == 0);  // the oldest is never preempted
   }
 
+  // Prefill alignment (a hybrid model's chunked recurrence): while two sequences decode
+  // under a prefill limit of 2, the prompt still gets 8 rows a step, each chunk ending on
+  // a multiple of 8, and its last chunk takes what is left; the next prompt is not
+  // admitted into the 3 rows that step leaves (they reach no multiple of 8) but in the next.
+  {
+    SchedulerConfig cfg{4,
+                        4,
+                        /*prefill_chunk=*/12,
+                        /*kv_blocks=*/65,
+                        /*block_size=*/4,
+                        /*blocks_per_seq=*/16};
+    cfg.prefill_align = 8;
+    Scheduler sc(cfg);
+    auto seqs = make_seqs({{2, 40}, {2, 40}, {21, 30}, {19, 30}});
+    sc.add(&seqs[0]);
+    sc.add(&seqs[1]);
+    StepPlan p = sc.plan();
+    CHECK(p.rows == 4);
+    sc.commit(p);
+    for (int i : {0, 1}) seqs[i].tokens.push_back(1);
+    sc.add(&seqs[2]);
+    sc.add(&seqs[3]);
+    std::vector<std::vector<int>> want = {{8}, {8}, {5}, {8}, {8}, {3}}, got;
+    for (int step = 0; step < 6; ++step) {
+      p = sc.plan(/*prefill_limit=*/2);
+      check_plan(sc, p);
+      CHECK(p.chunks[0].count == 1 && p.chunks[1].count == 1);  // the decode rows
+      std::vector<int> prompt;
+      for (size_t c = 2; c < p.chunks.size(); ++c) prompt.push_back(p.chunks[c].count);
+      got.push_back(prompt);
+      sc.commit(p);
+      for (int i : {0, 1}) seqs[i].tokens.push_back(2);
+    }
+    CHECK(got == want);
+    bool refused = false;
+    try {
+      SchedulerConfig bad = cfg;
+      bad.prefill_align = 16;  // 12 - 3 decode rows cannot reach it
+      Scheduler s2(bad);
+    } catch (const std::logic_error&) {
+      refused = true;
+    }
+    CHECK(refused);
+  }
+
   // Random workloads over many configurations.
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 300; ++trial) {
@@ -248,8 +297,15 @@ void test_scheduler() {
       const int prompt = 1 + rng() % (total - 1);
       pt.push_back({prompt, total});
     }
+    // every other trial aligned to a power of two the steps can reach, under a limit
+    const int room = cfg.prefill_chunk - cfg.max_concurrency + 1;
+    if (trial % 2 && room >= 2) {
+      cfg.prefill_align = 2;
+      while (cfg.prefill_align * 2 <= room && rng() % 2) cfg.prefill_align *= 2;
+    }
     auto seqs = make_seqs(pt);
-    simulate(cfg, seqs);
+    simulate(cfg, seqs, 100000,
+             trial % 4 == 3 ? 1 + static_cast<int>(rng() % 4) : std::numeric_limits<int>::max());
     for (auto& s : seqs) CHECK(static_cast<int>(s.tokens.size()) == s.total - 1 && s.done);
   }
   std::puts("scheduler ok");

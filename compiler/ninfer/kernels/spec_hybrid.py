@@ -10,6 +10,12 @@ from typing import ClassVar
 
 from .spec_common import Arg, _float_token, _require_positive, _tensor
 
+# A segment shorter than this runs row by row even when chunked (the chunked form's three
+# passes over the state cost about what two rows' passes do).
+GDN_CHUNK_MIN_ROWS = 4
+# The chunk of the chunked form (HYBRID_NOTES: the WY form is defined on 64-token chunks).
+GDN_CHUNK = 64
+
 
 @dataclass(frozen=True)
 class GdnRecurrentSpec:
@@ -18,7 +24,14 @@ class GdnRecurrentSpec:
     read and written in place) and reads it out; a row at position 0 starts its sequence
     from a zero state (so admission and recompute need no reset). `qkv` is the conv's
     output [q | k | v] (q, k raw: L2-normalised here, q also by dk^-1/2), `gb` the gates
-    [g | beta] (GdnGateSpec); value head h reads key head h // (v_heads / k_heads)."""
+    [g | beta] (GdnGateSpec); value head h reads key head h // (v_heads / k_heads).
+
+    `chunk` > 1: the rows of one sequence at consecutive positions are cut into segments at
+    absolute positions that are multiples of `chunk`, and a segment of at least
+    GDN_CHUNK_MIN_ROWS rows runs in the chunked (WY) form of the same rule
+    (gdn_reference.delta_rule_chunked), the rest row by row. The cut depends on the
+    positions alone, so a prompt whose steps end on multiples of `chunk` (the scheduler's
+    prefill alignment, ModelInfo::prefill_align) gets the same bits however it is split."""
 
     family: ClassVar[str] = "gdn_recurrent"
     k_heads: int
@@ -26,16 +39,21 @@ class GdnRecurrentSpec:
     k_dim: int
     v_dim: int
     max_seqs: int
+    chunk: int = 1
 
     def __post_init__(self) -> None:
-        _require_positive(self, "k_heads", "v_heads", "k_dim", "v_dim", "max_seqs")
+        _require_positive(self, "k_heads", "v_heads", "k_dim", "v_dim", "max_seqs", "chunk")
         if self.v_heads % self.k_heads:
             raise ValueError(f"GdnRecurrentSpec: v_heads {self.v_heads} is not a multiple of "
                              f"k_heads {self.k_heads}")
+        if self.chunk > 1 and (self.chunk & (self.chunk - 1) or self.chunk < 8):
+            raise ValueError(f"GdnRecurrentSpec: chunk {self.chunk} must be 1 (row by row) or "
+                             "a power of two of at least 8")
 
     def name(self) -> str:
         return (f"gdn_recurrent_hk{self.k_heads}_hv{self.v_heads}_dk{self.k_dim}"
-                f"_dv{self.v_dim}_s{self.max_seqs}")
+                f"_dv{self.v_dim}_s{self.max_seqs}"
+                + (f"_c{self.chunk}" if self.chunk > 1 else ""))
 
     @property
     def channels(self) -> int:

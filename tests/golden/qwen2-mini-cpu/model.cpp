@@ -262,7 +262,8 @@ const ModelInfo& compiled_model_info() {
   static const ModelInfo info{"qwen2-mini", "cpu", "<target-hash>",
                               kVocab, kMaxContext, kPrefillChunk, kLayers, kMaxConcurrency, kBlockSize,
                               kBlocks, kBlocksPerSeq, size_t(1024),
-                              "f16", 0};
+                              "f16", 0,
+                              /*prefill_align=*/1};
   return info;
 }
 

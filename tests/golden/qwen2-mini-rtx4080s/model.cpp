@@ -322,7 +322,8 @@ const ModelInfo& compiled_model_info() {
   static const ModelInfo info{"qwen2-mini", "rtx4080s", "<target-hash>",
                               kVocab, kMaxContext, kPrefillChunk, kLayers, kMaxConcurrency, kBlockSize,
                               kBlocks, kBlocksPerSeq, size_t(2048),
-                              "f16", 0};
+                              "f16", 0,
+                              /*prefill_align=*/1};
   return info;
 }
 

@@ -33,10 +33,13 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from ..spec import GdnConvSpec, GdnGateSpec, GdnNormSpec, GdnRecurrentSpec
+from ..spec_hybrid import GDN_CHUNK_MIN_ROWS
 from .common import F32, VECTOR_LANES, f32, fast_exp, fast_log1p, i64, scratch
 
 VW = VECTOR_LANES
 EPS_L2 = 1e-6
+RB = 4  # rows of a register tile in the chunked form's products with the state
+MAX_CHUNK_SCRATCH = 512 << 10  # bytes of stack the chunked form may use per head
 
 
 def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
@@ -44,11 +47,211 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
     if DV % VW:
         raise NotImplementedError(f"{spec.name()}: the CPU GDN kernel needs v_dim to be a "
                                   f"multiple of {VW}, got {DV}")
+    CH = spec.chunk
+    if CH > 1 and DK % RB:
+        raise NotImplementedError(f"{spec.name()}: the chunked form needs k_dim to be a "
+                                  f"multiple of {RB}, got {DK}")
+    if CH > 1 and 4 * (3 * CH * DK + 2 * CH * DV + 2 * CH * CH) > MAX_CHUNK_SCRATCH:
+        raise NotImplementedError(f"{spec.name()}: a chunk of {CH} rows needs more than "
+                                  f"{MAX_CHUNK_SCRATCH >> 10} KiB of stack per head; compile "
+                                  "with a smaller chunk")
     R = HV // HK
     NV = DV // VW
+    JW = 2 * VW if DV % (2 * VW) == 0 else VW  # output columns per register tile
+    NJ = DV // JW
+    NCV = CH // VW  # vectors of a row of chunk columns
     C = spec.channels
     KO, VO = HK * DK, 2 * HK * DK  # where k and v start in a qkv row
     SCALE = DK ** -0.5
+    CMIN = GDN_CHUNK_MIN_ROWS
+
+    def clamp_slot(slot, t):
+        return T.max(T.min(T.Cast("int64", slot[t]), i64(NSEQ - 1)), i64(0))
+
+    @T.macro
+    def one_row(qkv, gb, pos, slot, state, out, h, t, qn, kn, mem, delta, ss):
+        s = T.bind(clamp_slot(slot, t))
+        if pos[t] == 0:  # a new sequence
+            for d in range(DK):
+                for x in T.vectorized(DV):
+                    state[s, h, d, x] = f32(0.0)
+        ss[0] = f32(0.0)
+        ss[1] = f32(0.0)
+        q0 = T.bind(h // R * DK)
+        k0 = T.bind(KO + h // R * DK)
+        v0 = T.bind(VO + h * DV)
+        for d in range(DK):
+            ss[0] = ss[0] + qkv[t, q0 + d] * qkv[t, q0 + d]
+            ss[1] = ss[1] + qkv[t, k0 + d] * qkv[t, k0 + d]
+        iq = T.bind(f32(SCALE) / T.sqrt(ss[0] + f32(EPS_L2)))
+        ik = T.bind(f32(1.0) / T.sqrt(ss[1] + f32(EPS_L2)))
+        for d in range(DK):
+            qn[d] = qkv[t, q0 + d] * iq
+            kn[d] = qkv[t, k0 + d] * ik
+        decay = T.bind(fast_exp(gb[t, h]))
+        for j in range(NV):
+            for x in T.vectorized(VW):
+                mem[j * VW + x] = f32(0.0)
+        for d in range(DK):
+            for j in range(NV):
+                for x in T.vectorized(VW):
+                    state[s, h, d, j * VW + x] = state[s, h, d, j * VW + x] * decay
+                    mem[j * VW + x] = mem[j * VW + x] + state[s, h, d, j * VW + x] * kn[d]
+        for j in range(NV):
+            for x in T.vectorized(VW):
+                delta[j * VW + x] = ((qkv[t, v0 + j * VW + x] - mem[j * VW + x])
+                                     * gb[t, HV + h])
+                mem[j * VW + x] = f32(0.0)
+        for d in range(DK):
+            for j in range(NV):
+                for x in T.vectorized(VW):
+                    state[s, h, d, j * VW + x] = (state[s, h, d, j * VW + x]
+                                                  + kn[d] * delta[j * VW + x])
+                    mem[j * VW + x] = mem[j * VW + x] + state[s, h, d, j * VW + x] * qn[d]
+        for j in range(NV):
+            for x in T.vectorized(VW):
+                out[t, h, j * VW + x] = mem[j * VW + x]
+
+    @T.macro
+    def rows_times_state(state, s, h, A, ib, jb, tile):
+        # tile = rows ib * RB .. ib * RB + RB - 1 of A times columns jb * JW .. of the
+        # state: RB x JW accumulators in registers, each state row loaded once
+        for r in T.unroll(RB):
+            for x in T.vectorized(JW):
+                tile[r, x] = f32(0.0)
+        for d in range(DK):
+            for r in T.unroll(RB):
+                for x in T.vectorized(JW):
+                    tile[r, x] = tile[r, x] + A[(ib * RB + r) * DK + d] * state[s, h, d,
+                                                                                jb * JW + x]
+
+    @T.macro
+    def chunk_rows(qkv, gb, pos, slot, state, out, h, t0, L, Qc, Kc, KT, Dc, Ac, Pc, Gc, eG,
+                   Bt, acc, tile, ss):
+        # Rows t0 .. t0 + L - 1: one sequence at consecutive positions, L <= CH. With the
+        # cumulative log-decay G (from the segment's start), beta b and S the state before
+        # the segment:
+        #   Y = b * (V - e^G * (K S))                            (Dc, [CH, DV])
+        #   A[i, j] = b_i e^(G_i - G_j) k_i . k_j  (j < i);  D = (I + A)^-1 Y
+        #   out = e^G * (Q S) + (Q K^T * e^(G_i - G_j), j <= i) D
+        #   S' = e^(G_L-1) S + (e^(G_L-1 - G) * K)^T D
+        # Rows L..CH-1 of the tiles are zeros (b = 0), so they add nothing.
+        s = T.bind(clamp_slot(slot, t0))
+        if pos[t0] == 0:  # a new sequence (only a segment's first row can be at 0)
+            for d in range(DK):
+                for x in T.vectorized(DV):
+                    state[s, h, d, x] = f32(0.0)
+        q0 = T.bind(h // R * DK)
+        k0 = T.bind(KO + h // R * DK)
+        v0 = T.bind(VO + h * DV)
+        ss[2] = f32(0.0)  # running sum of g
+        for i in range(i64(CH)):
+            if i < L:
+                t = T.bind(t0 + i)
+                ss[0] = f32(0.0)
+                ss[1] = f32(0.0)
+                for d in range(DK):
+                    ss[0] = ss[0] + qkv[t, q0 + d] * qkv[t, q0 + d]
+                    ss[1] = ss[1] + qkv[t, k0 + d] * qkv[t, k0 + d]
+                iq = T.bind(f32(SCALE) / T.sqrt(ss[0] + f32(EPS_L2)))
+                ik = T.bind(f32(1.0) / T.sqrt(ss[1] + f32(EPS_L2)))
+                for d in range(DK):
+                    Qc[i * DK + d] = qkv[t, q0 + d] * iq
+                    Kc[i * DK + d] = qkv[t, k0 + d] * ik
+                    KT[d * CH + i] = Kc[i * DK + d]
+                for x in T.vectorized(DV):
+                    Dc[i * DV + x] = qkv[t, v0 + x]
+                ss[2] = ss[2] + gb[t, h]
+                Gc[i] = ss[2]
+                eG[i] = fast_exp(ss[2])
+                Bt[i] = gb[t, HV + h]
+            else:
+                for d in range(DK):
+                    Qc[i * DK + d] = f32(0.0)
+                    Kc[i * DK + d] = f32(0.0)
+                    KT[d * CH + i] = f32(0.0)
+                for x in T.vectorized(DV):
+                    Dc[i * DV + x] = f32(0.0)
+                Gc[i] = ss[2]
+                eG[i] = f32(0.0)
+                Bt[i] = f32(0.0)
+        # 1. Y = b * (V - e^G * (K S)), into Dc
+        for ib in range((L + RB - 1) // RB):
+            for jb in range(NJ):
+                rows_times_state(state, s, h, Kc, ib, jb, tile)
+                for r in T.unroll(RB):
+                    for x in T.vectorized(JW):
+                        Dc[(ib * RB + r) * DV + jb * JW + x] = Bt[ib * RB + r] * (
+                            Dc[(ib * RB + r) * DV + jb * JW + x]
+                            - eG[ib * RB + r] * tile[r, x])
+        # 2. A (strictly lower) and P = Q K^T with the decay (lower, diagonal included),
+        # a whole row of CH key columns of K^T in registers
+        for i in range(L):
+            for jv in T.unroll(NCV):
+                for x in T.vectorized(VW):
+                    acc[jv, x] = f32(0.0)
+                    acc[NCV + jv, x] = f32(0.0)
+            for d in range(DK):
+                for jv in T.unroll(NCV):
+                    for x in T.vectorized(VW):
+                        acc[jv, x] = acc[jv, x] + Kc[i * DK + d] * KT[d * CH + jv * VW + x]
+                        acc[NCV + jv, x] = (acc[NCV + jv, x]
+                                            + Qc[i * DK + d] * KT[d * CH + jv * VW + x])
+            for jv in T.unroll(NCV):
+                for x in T.vectorized(VW):
+                    Ac[i * CH + jv * VW + x] = T.Select(
+                        T.Cast("int64", jv * VW + x) < i,
+                        Bt[i] * fast_exp(T.min(Gc[i] - Gc[jv * VW + x], f32(0.0))) * acc[jv, x],
+                        f32(0.0))
+                    Pc[i * CH + jv * VW + x] = T.Select(
+                        T.Cast("int64", jv * VW + x) <= i,
+                        fast_exp(T.min(Gc[i] - Gc[jv * VW + x], f32(0.0))) * acc[NCV + jv, x],
+                        f32(0.0))
+        # 3. D = (I + A)^-1 Y by forward substitution, in place, JW columns at a time
+        for jb in range(NJ):
+            for i in range(1, L):
+                for x in T.vectorized(JW):
+                    tile[0, x] = Dc[i * DV + jb * JW + x]
+                for j in range(i):
+                    for x in T.vectorized(JW):
+                        tile[0, x] = tile[0, x] - Ac[i * CH + j] * Dc[j * DV + jb * JW + x]
+                for x in T.vectorized(JW):
+                    Dc[i * DV + jb * JW + x] = tile[0, x]
+        # 4. out = e^G * (Q S) + P D, RB rows x JW columns at a time (P is 0 above the
+        # diagonal, so a tile's rows all run to its last row's diagonal)
+        for ib in range((L + RB - 1) // RB):
+            for jb in range(NJ):
+                rows_times_state(state, s, h, Qc, ib, jb, tile)
+                for r in T.unroll(RB):
+                    for x in T.vectorized(JW):
+                        tile[r, x] = tile[r, x] * eG[ib * RB + r]
+                for j in range(T.min(ib * RB + RB, L)):
+                    for r in T.unroll(RB):
+                        for x in T.vectorized(JW):
+                            tile[r, x] = tile[r, x] + Pc[(ib * RB + r) * CH + j] * Dc[
+                                j * DV + jb * JW + x]
+                for r in T.unroll(RB):
+                    if ib * RB + r < L:
+                        for x in T.vectorized(JW):
+                            out[t0 + ib * RB + r, h, jb * JW + x] = tile[r, x]
+        # 5. the state: the keys scaled by their decay to the segment's end
+        last = T.bind(Gc[L - 1])
+        for d in range(DK):
+            for i in range(L):
+                KT[d * CH + i] = KT[d * CH + i] * fast_exp(last - Gc[i])
+        for db in range(DK // RB):
+            for jb in range(NJ):
+                for r in T.unroll(RB):
+                    for x in T.vectorized(JW):
+                        tile[r, x] = state[s, h, db * RB + r, jb * JW + x] * eG[L - 1]
+                for i in range(L):
+                    for r in T.unroll(RB):
+                        for x in T.vectorized(JW):
+                            tile[r, x] = (tile[r, x] + KT[(db * RB + r) * CH + i]
+                                          * Dc[i * DV + jb * JW + x])
+                for r in T.unroll(RB):
+                    for x in T.vectorized(JW):
+                        state[s, h, db * RB + r, jb * JW + x] = tile[r, x]
 
     @T.prim_func(private=True)
     def kernel(qkv_h: T.handle, gb_h: T.handle, p_h: T.handle, s_h: T.handle,
@@ -66,49 +269,44 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
             kn = scratch((DK,))
             mem = scratch((DV,))
             delta = scratch((DV,))
-            ss = scratch((2,))
-            for t in range(n):
-                s = T.bind(T.max(T.min(T.Cast("int64", slot[t]), i64(NSEQ - 1)), i64(0)))
-                if pos[t] == 0:  # a new sequence
-                    for d in range(DK):
-                        for x in T.vectorized(DV):
-                            state[s, h, d, x] = f32(0.0)
-                ss[0] = f32(0.0)
-                ss[1] = f32(0.0)
-                q0 = T.bind(h // R * DK)
-                k0 = T.bind(KO + h // R * DK)
-                v0 = T.bind(VO + h * DV)
-                for d in range(DK):
-                    ss[0] = ss[0] + qkv[t, q0 + d] * qkv[t, q0 + d]
-                    ss[1] = ss[1] + qkv[t, k0 + d] * qkv[t, k0 + d]
-                iq = T.bind(f32(SCALE) / T.sqrt(ss[0] + f32(EPS_L2)))
-                ik = T.bind(f32(1.0) / T.sqrt(ss[1] + f32(EPS_L2)))
-                for d in range(DK):
-                    qn[d] = qkv[t, q0 + d] * iq
-                    kn[d] = qkv[t, k0 + d] * ik
-                decay = T.bind(fast_exp(gb[t, h]))
-                for j in range(NV):
-                    for x in T.vectorized(VW):
-                        mem[j * VW + x] = f32(0.0)
-                for d in range(DK):
-                    for j in range(NV):
-                        for x in T.vectorized(VW):
-                            state[s, h, d, j * VW + x] = state[s, h, d, j * VW + x] * decay
-                            mem[j * VW + x] = mem[j * VW + x] + state[s, h, d, j * VW + x] * kn[d]
-                for j in range(NV):
-                    for x in T.vectorized(VW):
-                        delta[j * VW + x] = ((qkv[t, v0 + j * VW + x] - mem[j * VW + x])
-                                             * gb[t, HV + h])
-                        mem[j * VW + x] = f32(0.0)
-                for d in range(DK):
-                    for j in range(NV):
-                        for x in T.vectorized(VW):
-                            state[s, h, d, j * VW + x] = (state[s, h, d, j * VW + x]
-                                                          + kn[d] * delta[j * VW + x])
-                            mem[j * VW + x] = mem[j * VW + x] + state[s, h, d, j * VW + x] * qn[d]
-                for j in range(NV):
-                    for x in T.vectorized(VW):
-                        out[t, h, j * VW + x] = mem[j * VW + x]
+            ss = scratch((3,))
+            if CH == 1:
+                for t in range(n):
+                    one_row(qkv, gb, pos, slot, state, out, h, t, qn, kn, mem, delta, ss)
+            else:
+                Qc = scratch((CH * DK,))
+                Kc = scratch((CH * DK,))
+                KT = scratch((DK * CH,))
+                Dc = scratch((CH * DV,))
+                Ac = scratch((CH * CH,))
+                Pc = scratch((CH * CH,))
+                Gc = scratch((CH,))
+                eG = scratch((CH,))
+                Bt = scratch((CH,))
+                acc = scratch((2 * NCV, VW))
+                tile = scratch((RB, JW))
+                seg = scratch((2,), "int64")  # the segment's first row, its length
+                seg[0] = i64(0)
+                while seg[0] < n:
+                    t0 = T.bind(seg[0])
+                    seg[1] = i64(1)
+                    # the segment runs while the rows stay one sequence at consecutive
+                    # positions, up to the next multiple of CH
+                    while (seg[1] < i64(CH) and t0 + seg[1] < n
+                           and slot[T.min(t0 + seg[1], n - 1)] == slot[t0]
+                           and pos[T.min(t0 + seg[1], n - 1)] == pos[t0] + T.Cast("int32",
+                                                                                  seg[1])
+                           and pos[T.min(t0 + seg[1], n - 1)] % CH != 0):
+                        seg[1] = seg[1] + i64(1)
+                    L = T.bind(seg[1])
+                    if L >= CMIN:
+                        chunk_rows(qkv, gb, pos, slot, state, out, h, t0, L, Qc, Kc, KT, Dc,
+                                   Ac, Pc, Gc, eG, Bt, acc, tile, ss)
+                    else:
+                        for t in range(t0, t0 + L):
+                            one_row(qkv, gb, pos, slot, state, out, h, t, qn, kn, mem, delta,
+                                    ss)
+                    seg[0] = t0 + L
 
     return kernel
 
