@@ -141,6 +141,8 @@ def test_kv_dtype_kernels_and_refusals(tmp_path):
     assert (k.kv_dtype, k.rotate, v.rotate, att.rotate) == ("int4", 32, 0, 32)
     assert [a.name for a in att.signature()][:5] == ["q", "k_pool", "k_pool_scales", "v_pool",
                                                      "v_pool_scales"]
+    with pytest.raises(PlanError, match="--gdn-prefill chunked: this model has no Gated"):
+        make_plan(graph, cpu, ServeLimits(256, 16, gdn_prefill="chunked"))  # a dense model
     plain = make_plan(graph, cpu, ServeLimits(256, 16, kv_dtype="int8"))
     assert plain.kernels["kv_store_k"] == plain.kernels["kv_store_v"]  # one kernel
     with pytest.raises(PlanError, match="head_dim 16 is not a multiple of 32"):
