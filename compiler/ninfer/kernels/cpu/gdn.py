@@ -69,22 +69,29 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
         return T.max(T.min(T.Cast("int64", slot[t]), i64(NSEQ - 1)), i64(0))
 
     @T.macro
+    def l2_scales(qkv, t, q0, k0, ss):
+        # ss[0], ss[1] = the scales of row t's q (with dk^-1/2) and k to unit L2 norm
+        ss[0] = f32(0.0)
+        ss[1] = f32(0.0)
+        for d in range(DK):
+            ss[0] = ss[0] + qkv[t, q0 + d] * qkv[t, q0 + d]
+            ss[1] = ss[1] + qkv[t, k0 + d] * qkv[t, k0 + d]
+        ss[0] = f32(SCALE) / T.sqrt(ss[0] + f32(EPS_L2))
+        ss[1] = f32(1.0) / T.sqrt(ss[1] + f32(EPS_L2))
+
+    @T.macro
     def one_row(qkv, gb, pos, slot, state, out, h, t, qn, kn, mem, delta, ss):
         s = T.bind(clamp_slot(slot, t))
         if pos[t] == 0:  # a new sequence
             for d in range(DK):
                 for x in T.vectorized(DV):
                     state[s, h, d, x] = f32(0.0)
-        ss[0] = f32(0.0)
-        ss[1] = f32(0.0)
         q0 = T.bind(h // R * DK)
         k0 = T.bind(KO + h // R * DK)
         v0 = T.bind(VO + h * DV)
-        for d in range(DK):
-            ss[0] = ss[0] + qkv[t, q0 + d] * qkv[t, q0 + d]
-            ss[1] = ss[1] + qkv[t, k0 + d] * qkv[t, k0 + d]
-        iq = T.bind(f32(SCALE) / T.sqrt(ss[0] + f32(EPS_L2)))
-        ik = T.bind(f32(1.0) / T.sqrt(ss[1] + f32(EPS_L2)))
+        l2_scales(qkv, t, q0, k0, ss)
+        iq = T.bind(ss[0])
+        ik = T.bind(ss[1])
         for d in range(DK):
             qn[d] = qkv[t, q0 + d] * iq
             kn[d] = qkv[t, k0 + d] * ik
@@ -148,13 +155,9 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
         for i in range(i64(CH)):
             if i < L:
                 t = T.bind(t0 + i)
-                ss[0] = f32(0.0)
-                ss[1] = f32(0.0)
-                for d in range(DK):
-                    ss[0] = ss[0] + qkv[t, q0 + d] * qkv[t, q0 + d]
-                    ss[1] = ss[1] + qkv[t, k0 + d] * qkv[t, k0 + d]
-                iq = T.bind(f32(SCALE) / T.sqrt(ss[0] + f32(EPS_L2)))
-                ik = T.bind(f32(1.0) / T.sqrt(ss[1] + f32(EPS_L2)))
+                l2_scales(qkv, t, q0, k0, ss)
+                iq = T.bind(ss[0])
+                ik = T.bind(ss[1])
                 for d in range(DK):
                     Qc[i * DK + d] = qkv[t, q0 + d] * iq
                     Kc[i * DK + d] = qkv[t, k0 + d] * ik
