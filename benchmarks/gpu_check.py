@@ -191,9 +191,10 @@ def bench(root: Path) -> None:
 
 
 def hybrid_parity(root: Path) -> int:
-    """The hybrid builds (hybrid-NAME, checkpoint hybrid-NAME-checkpoint): greedy tokens =
-    transformers fp32 for prompts up to 5 prefill chunks, 1, 2 and 4 at once, graphs on
-    and off (a padded graph row must not touch a live sequence's recurrent state)."""
+    """The hybrid builds (hybrid-*, their checkpoint the one artifact-options.json names):
+    greedy tokens = transformers fp32 for prompts up to 5 prefill chunks, 1, 2 and 4 at
+    once, graphs on and off (a padded graph row must not touch a live sequence's recurrent
+    state)."""
     import numpy as np
     from transformers import AutoModelForCausalLM
 
@@ -203,7 +204,8 @@ def hybrid_parity(root: Path) -> int:
     rng = np.random.default_rng(21)
     prompts = [rng.integers(0, 2000, n).tolist() for n in (5, 23, 40, 70)]
     for build in sorted(p for p in root.glob("hybrid-*") if (p / "model.ninfer").exists()):
-        hf = AutoModelForCausalLM.from_pretrained(root / f"{build.name}-checkpoint",
+        recorded = json.loads((build / "artifact-options.json").read_text())
+        hf = AutoModelForCausalLM.from_pretrained(root / recorded["model_dir"],
                                                   dtype="float32").eval()
         want = [greedy_cached(hf, ids, 32) for ids in prompts]
         failures += parity(build, prompts, want, ignore_eos=True)

@@ -3,7 +3,8 @@
 #   bash scripts/gpu_check.sh prepare TARGET   # here: compile the tiny Qwen3 for TARGET
 #                                              # (coop and tvm prefill projections; bf16
 #                                              # weights with an f16 KV cache; q8g32), the
-#                                              # tiny hybrids (Qwen3.5, Qwen3-Next MoE) and a
+#                                              # tiny hybrids (Qwen3.5, also with the chunked
+#                                              # GDN prefill; Qwen3-Next MoE) and a
 #                                              # 0.6B-shaped bench model (no artifact)
 #   bash scripts/gpu_check.sh run              # there: parity with transformers (graphs
 #                                              # on/off, 1/2/4 streams), memcheck, speed
@@ -36,7 +37,7 @@ def tidy(out, opts=None, checkpoint=None):
         (out / "model.ninfer").unlink()
         keep = ("target", "model_id", "max_context", "prefill_chunk", "max_concurrency",
                 "kv_capacity", "weights", "weight_overrides", "kv_dtype", "memory_gib",
-                "prefill_projections")
+                "prefill_projections", "gdn_prefill")
         recorded = {k: getattr(opts, k) for k in keep} | {"model_dir": checkpoint}
         (out / "artifact-options.json").write_text(json.dumps(recorded, indent=1))
 def tiny(name, t, **options):
@@ -69,6 +70,15 @@ for name in ("qwen35-tiny", "qwen3next-tiny"):
                           python_module=False, kv_dtype="f32")
     compile_model(opts)
     tidy(out, opts, f"hybrid-{name}-checkpoint")
+# The chunked (WY) Gated DeltaNet prefill: 80-row steps beside 4 sequences give 64-row
+# chunks, so the 70-token prompt crosses a chunk boundary.
+out = root / "hybrid-qwen35-tiny-chunked"
+opts = CompileOptions(model_dir=compiled("qwen35-tiny").checkpoint, target=target, out_dir=out,
+                      model_id="qwen35-tiny", max_context=MAX_CONTEXT, prefill_chunk=80,
+                      max_concurrency=4, python_module=False, kv_dtype="f32",
+                      gdn_prefill="chunked")
+compile_model(opts)
+tidy(out, opts, "hybrid-qwen35-tiny-checkpoint")
 # The 0.6B-shaped bench model: built here without its 3 GB artifact, which
 # gpu_check.py writes there from a checkpoint it makes with the same seed and shapes.
 ckpt = Path("build/bench-0.6b-checkpoint")

@@ -332,6 +332,31 @@ def test_hybrid_compiles_verifies_and_links_for_every_gpu_target(hybrid_verified
         assert (out / "ninfer-server").exists()
 
 
+def test_chunked_gdn_prefill_compiles_and_verifies_for_cuda(qwen35_model, tmp_path):
+    """--gdn-prefill chunked on the RTX 4080 SUPER: the recurrence is the 64-row chunked
+    kernel with its dynamic shared memory, verified at every row count of a step, and the
+    server's scheduler aligns prompt steps to the chunk (sources only: the hybrid's server
+    links in the test above)."""
+    from ninfer.kernels.cuda.gdn import chunked_layout
+    from ninfer.kernels.cuda.schedules import cuda_params
+    from ninfer.kernels.spec import GdnRecurrentSpec
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    result = compile_model(CompileOptions(
+        model_dir=qwen35_model.checkpoint, target="rtx4080s", out_dir=tmp_path / "out",
+        model_id="qwen35-tiny", max_context=MAX_CONTEXT, prefill_chunk=80, max_concurrency=4,
+        python_module=False, build=False, gdn_prefill="chunked"))
+    rows = {row["kernel"]: row for row in result.report.to_json()["launches"]}
+    (name,) = [k for k in rows if re.fullmatch(r"gdn_recurrent_\w+_c64_kernel", k)]
+    row = rows[name]
+    spec = GdnRecurrentSpec(2, 4, 32, 32, 5, chunk=64)  # conftest's qwen35-tiny, 4 + 1 slots
+    assert name == f"{spec.name()}_kernel"
+    tile, _, smem = chunked_layout(spec, cuda_params(load_target("rtx4080s")))
+    assert row["smem"].split()[0] == str(smem) and tile == 32
+    assert row["sizes"] == "tokens 1..80" and int(row["max_ok_size"]) == 80
+    assert "/*prefill_align=*/64" in (tmp_path / "out" / "src" / "model.cpp").read_text()
+
+
 def test_moe_hybrid_builds_for_cuda(qwen3next_model):
     """Qwen3-Next (8 experts, top-2, a shared expert; f16 weights) for h100: the router
     and combine kernels are launched and verified up to the routed rows of a chunk
@@ -431,8 +456,9 @@ def test_readme_gdn_route_table_is_what_the_compiler_derives():
 def test_gdn_and_moe_kernels_at_released_shapes_compile_and_verify(name, tmp_path):
     """The hybrid kernels at Qwen3.5-27B's Gated DeltaNet shapes (16 key / 48 value heads
     of 128, conv over 10240 channels) and a Qwen3.5-MoE-sized router (512 experts, top 10)
-    and combine, for 8 sequences + the spare slot: nvcc for the target's arch, no spills,
-    every row count up to a 4096-token chunk fits."""
+    and combine, for 8 sequences + the spare slot, the recurrence in both forms (the chunked
+    one in dynamic shared memory): nvcc for the target's arch, no spills, every row count up
+    to a 4096-token chunk fits."""
     from ninfer.kernels.cuda.lower import build_cuda_source
     from ninfer.kernels.spec import (
         GdnConvSpec,
@@ -446,6 +472,7 @@ def test_gdn_and_moe_kernels_at_released_shapes_compile_and_verify(name, tmp_pat
 
     target = load_target(name)
     specs = [GdnConvSpec(10240, 4, 9), GdnGateSpec(48), GdnRecurrentSpec(16, 48, 128, 128, 9),
+             GdnRecurrentSpec(16, 48, 128, 128, 9, chunk=64),  # --gdn-prefill chunked
              GdnNormSpec(48, 128), MoeRouterSpec(512, 10), MoeCombineSpec(2048, 10, 40960)]
     module = build_cuda_source(specs, target)
     used = nvcc_resources(tmp_path)(module.source, target.arch)

@@ -69,10 +69,11 @@ class CompileOptions:
     # "auto" = coop on CUDA targets, tvm on the CPU.
     prefill_projections: str = "auto"
     # Hybrid models' Gated DeltaNet prefill: "recurrent" runs a prompt row by row,
-    # "chunked" in 64-row chunks of the WY form (GdnRecurrentSpec.chunk; cpu only so far);
-    # "auto" = recurrent, the faster of the two on the CPUs measured (benchmarks/RESULTS.md:
-    # the chunked form does as many FMAs per row as the recurrence, which keeps the state in
-    # cache, so it only pays with matrix units).
+    # "chunked" in 64-row chunks of the WY form (GdnRecurrentSpec.chunk; on CUDA a block per
+    # column tile of the state, kernels/cuda/gdn.py); "auto" = recurrent: the faster of the
+    # two on the CPUs measured (benchmarks/RESULTS.md: the chunked form does as many FMAs
+    # per row as the recurrence, which keeps the state in cache), and the CUDA chunked form
+    # has not run on a GPU yet, so nothing says it is faster there.
     gdn_prefill: str = "auto"
     kernel_cache: Path = field(default_factory=lambda: DEFAULT_BUILD_DIR / ".kernel-cache")
     # False: build everything but model.ninfer (write it later with write_model_artifact,
@@ -126,10 +127,6 @@ class CompileOptions:
         """Raise OptionsError where an option does not suit `target`."""
         if self.prefill_projections == "coop" and not target.is_cuda:
             raise OptionsError("--prefill-projections coop needs a CUDA target")
-        if self.gdn_prefill == "chunked" and target.is_cuda:
-            raise OptionsError(f"--gdn-prefill chunked: {target.name}'s Gated DeltaNet "
-                               "recurrence runs row by row so far (the chunked form is the "
-                               "cpu target's); use recurrent or auto")
         if target.is_cuda and self.kv_dtype not in CUDA_KV_DTYPES:
             raise OptionsError(f"--kv-dtype {self.kv_dtype}: the CUDA attention reads "
                                f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "

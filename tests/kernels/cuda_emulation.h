@@ -91,6 +91,10 @@ inline std::vector<Barrier> warp_barriers;
 inline std::vector<float> warp_slots;     // 32 per warp
 inline std::vector<unsigned> warp_votes;  // 32 per warp (__ballot_sync)
 inline bool progressed = false;
+// The launch's dynamic shared memory, then kGuard bytes that a kernel must leave alone.
+inline std::vector<unsigned char> dynamic_shared;
+constexpr size_t kGuard = 256;
+constexpr unsigned char kGuardByte = 0xA5;
 
 inline void yield() {
   if (!_setjmp((*fibers)[current].resume)) _longjmp(scheduler_resume, 1);
@@ -115,9 +119,11 @@ inline void entry() {
 }
 
 // Runs body() for every thread of a (grid_x, grid_y) x threads launch (threads a multiple
-// of 32); blocks run one after another, x fastest.
+// of 32) with smem_bytes of dynamic shared memory; blocks run one after another, x fastest.
+// Each block's dynamic shared memory starts as NaNs (0xff bytes), so a read before a write
+// shows; a write past smem_bytes aborts.
 inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads,
-                   const std::function<void()>& body) {
+                   const std::function<void()>& body, size_t smem_bytes = 0) {
   constexpr size_t kStack = 64 * 1024;  // the kernels keep a few hundred bytes per thread
   static std::vector<Fiber> fs;         // stacks are reused by every launch
   if (fs.size() < threads) fs.resize(threads);
@@ -126,6 +132,8 @@ inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads,
   kernel_body = &body;
   gridDim = {grid_x, grid_y, 1};
   for (unsigned b = 0; b < grid_x * grid_y; ++b) {
+    dynamic_shared.assign(smem_bytes, 0xff);
+    dynamic_shared.resize(smem_bytes + kGuard, kGuardByte);
     block_barrier = Barrier{threads};
     warp_barriers.assign(threads / 32, Barrier{32});
     warp_slots.assign(threads, 0.0f);
@@ -163,12 +171,23 @@ inline void launch(unsigned grid_x, unsigned grid_y, unsigned threads,
         std::abort();
       }
     }
+    for (size_t i = smem_bytes; i < smem_bytes + kGuard; ++i) {
+      if (dynamic_shared[i] != kGuardByte) {
+        std::fprintf(stderr,
+                     "emulated block %u wrote past its %zu bytes of dynamic shared memory\n", b,
+                     smem_bytes);
+        std::abort();
+      }
+    }
   }
 }
 
 }  // namespace emu
 
 inline void __syncthreads() { emu::wait(emu::block_barrier); }
+
+#define NINFER_DYNAMIC_SHARED(type, name) \
+  type* name = reinterpret_cast<type*>(emu::dynamic_shared.data())
 
 inline float __shfl_xor_sync(unsigned /*mask*/, float v, int offset) {
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;

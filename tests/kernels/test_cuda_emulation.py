@@ -133,9 +133,9 @@ def compile_emulated(module: CudaModule) -> tuple[ctypes.CDLL, dict[str, list[Cu
         args = ", ".join(f"a{i}" for i in range(len(launch.params)))
         drivers.append(
             f'extern "C" void emu_{launch.kernel_symbol}({params}, unsigned grid_x, '
-            f"unsigned grid_y, unsigned threads) {{\n"
-            f"  emu::launch(grid_x, grid_y, threads, [=] {{ {launch.kernel_symbol}({args}); }});"
-            "\n}\n")
+            f"unsigned grid_y, unsigned threads, unsigned smem) {{\n"
+            f"  emu::launch(grid_x, grid_y, threads, [=] {{ {launch.kernel_symbol}({args}); }}, "
+            "smem);\n}\n")
     source = '#include "cuda_emulation.h"\n' + module.source + "\n" + "".join(drivers)
     lib = shared_library(source, ["-Wno-unknown-pragmas", f"-I{HERE}"],
                          depends=((HERE / "cuda_emulation.h").read_bytes(),))
@@ -183,10 +183,10 @@ def run_launches(built: tuple[ctypes.CDLL, dict[str, list[CudaLaunch]]], spec: K
                 values.append(p.expr.evaluate({"n": n}))
         assert launch.block[1:] == (1, 1) and launch.grid[2].c() == "1"
         fn = getattr(lib, f"emu_{launch.kernel_symbol}")
-        fn.argtypes = [_CTYPES[p.ctype] for p in launch.params] + [ctypes.c_uint] * 3
+        fn.argtypes = [_CTYPES[p.ctype] for p in launch.params] + [ctypes.c_uint] * 4
         fn.restype = None
         fn(*values, launch.grid[0].evaluate({"n": n}), launch.grid[1].evaluate({"n": n}),
-           launch.block[0])
+           launch.block[0], launch.dynamic_smem.evaluate({"n": n}))
     return len(launches[spec.name()])
 
 

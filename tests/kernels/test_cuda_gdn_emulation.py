@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import functools
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from test_cuda_emulation import TARGETS, compile_emulated, run_launches
 
 from ninfer.kernels import reference
-from ninfer.kernels.cuda.gdn import recurrent_layout
+from ninfer.kernels.cuda.gdn import chunked_layout, chunked_smem_bytes, recurrent_layout
 from ninfer.kernels.cuda.lower import build_cuda_source
 from ninfer.kernels.cuda.schedules import cuda_params
 from ninfer.kernels.reference import (
@@ -46,14 +47,23 @@ RECURRENT = [
     GdnRecurrentSpec(k_heads=2, v_heads=4, k_dim=16, v_dim=16, max_seqs=4),
     GdnRecurrentSpec(k_heads=1, v_heads=3, k_dim=20, v_dim=40, max_seqs=4),  # partial groups
     GdnRecurrentSpec(k_heads=1, v_heads=2, k_dim=128, v_dim=128, max_seqs=4),  # 27B heads
+    GdnRecurrentSpec(k_heads=1, v_heads=2, k_dim=128, v_dim=128, max_seqs=2),  # CHUNKED_27B's
 ]
+# The chunked (WY) form (--gdn-prefill chunked): one column tile (v_dim 8), a partial
+# last tile (v_dim 40 in tiles of 32 or 16), Qwen3.5-27B's 128 x 128 heads in chunks of 64
+CHUNKED = [
+    GdnRecurrentSpec(k_heads=2, v_heads=4, k_dim=16, v_dim=8, max_seqs=3, chunk=8),
+    GdnRecurrentSpec(k_heads=1, v_heads=3, k_dim=20, v_dim=40, max_seqs=4, chunk=16),
+]
+CHUNKED_27B = GdnRecurrentSpec(k_heads=1, v_heads=2, k_dim=128, v_dim=128, max_seqs=2, chunk=64)
 GATE = [GdnGateSpec(v_heads=6)]
 NORM = [GdnNormSpec(v_heads=3, v_dim=40, eps=1e-6), GdnNormSpec(v_heads=2, v_dim=128)]
 ROUTER = [MoeRouterSpec(experts=8, top_k=2), MoeRouterSpec(experts=64, top_k=6, normalize=False),
           MoeRouterSpec(experts=512, top_k=10)]
 COMBINE = [MoeCombineSpec(hidden=96, top_k=2, rows=40), MoeCombineSpec(hidden=300, top_k=3,
                                                                        rows=60)]
-ALL: list[KernelSpec] = [*CONV, *RECURRENT, *GATE, *NORM, *ROUTER, *COMBINE]
+ALL: list[KernelSpec] = [*CONV, *RECURRENT, *CHUNKED, CHUNKED_27B, *GATE, *NORM, *ROUTER,
+                         *COMBINE]
 
 
 @functools.cache
@@ -117,6 +127,99 @@ def test_recurrence_matches_reference(target_name: str, spec: GdnRecurrentSpec) 
     run_launches(emulated(target_name), spec, [qkv, gb, pos, slot, got_state, out], n)
     _close(out, want)
     _close(got_state, want_state)
+
+
+def _recurrence_inputs(spec: GdnRecurrentSpec, pos: np.ndarray, rng: np.random.Generator
+                      ) -> list[np.ndarray]:
+    n, H = len(pos), spec.v_heads
+    qkv = rng.standard_normal((n, spec.channels)).astype(np.float32)
+    a, b = rng.standard_normal((n, H)), rng.standard_normal((n, H))
+    g = -rng.uniform(0.01, 4, H) * np.log1p(np.exp(a + 1.0))
+    gb = np.concatenate([g, 1 / (1 + np.exp(-b))], axis=1).astype(np.float32)
+    state = rng.standard_normal((spec.max_seqs, H, spec.k_dim, spec.v_dim)).astype(np.float32)
+    return [qkv, gb, state]
+
+
+def _run_recurrence(target_name: str, spec: GdnRecurrentSpec, qkv: np.ndarray, gb: np.ndarray,
+                    pos: np.ndarray, slot: np.ndarray, state: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    out = np.full((len(pos), spec.v_heads, spec.v_dim), np.nan, np.float32)
+    got_state = state.copy()
+    run_launches(emulated(target_name), spec, [qkv, gb, pos, slot, got_state, out], len(pos))
+    return out, got_state
+
+
+# (pos, slot) of the chunked form's steps: _rows (a 5-row segment from 0 in the chunked form,
+# decode rows row by row, a restart, a clamped slot); a prompt from position 5 across chunk
+# boundaries with a decode row of another slot inside it, then slot 2 restarting with 21 rows
+CHUNKED_ROWS = {
+    "mixed": None,
+    "chunks": ([*range(5, 32), 40, *range(32, 46), *range(21)],
+               [1] * 27 + [0] + [1] * 14 + [2] * 21),
+}
+
+
+@pytest.mark.parametrize("target_name", ["h200", "rtx4090"])
+@pytest.mark.parametrize("rows", CHUNKED_ROWS, ids=str)
+@pytest.mark.parametrize("spec", CHUNKED, ids=lambda s: s.name())
+def test_chunked_recurrence_matches_reference(target_name: str, rows: str,
+                                              spec: GdnRecurrentSpec) -> None:
+    """The chunked kernel (segments of >= GDN_CHUNK_MIN_ROWS rows in the WY form, the
+    others row by row on the column tile) against the float64 recurrence, states in place;
+    slots no row names keep their state."""
+    given = CHUNKED_ROWS[rows]
+    pos, slot = _rows(spec.max_seqs) if given is None else (np.array(given[0], np.int32),
+                                                           np.array(given[1], np.int32))
+    qkv, gb, state = _recurrence_inputs(spec, pos, _rng(spec))
+    out, got_state = _run_recurrence(target_name, spec, qkv, gb, pos, slot, state)
+    _close(out, reference(spec, qkv, gb, pos, slot, state))
+    _close(got_state, gdn_recurrent_states(spec, qkv, gb, pos, slot, state))
+    untouched = sorted(set(range(spec.max_seqs)) - {min(max(s, 0), spec.max_seqs - 1)
+                                                    for s in slot})
+    assert np.array_equal(got_state[untouched], state[untouched])
+
+
+@pytest.mark.parametrize("target_name", ["h200", "rtx4090"])
+def test_chunked_recurrence_at_27b_head_dims(target_name: str) -> None:
+    """Qwen3.5-27B's 128 x 128 heads in chunks of 64 (column tiles of 32 on the H200, of 16
+    within sm_89's 99 KiB of shared memory per block): a prompt from position
+    37 (segments of 27, 64 and 59 rows) and 3 decode rows against the float64 recurrence
+    and the row-by-row CUDA kernel; split at position 64 into two launches it gives the
+    same bits (segments are cut at absolute positions, as the scheduler aligns steps)."""
+    spec = CHUNKED_27B
+    pos = np.array([*range(37, 190)], np.int32)
+    slot = np.ones(len(pos), np.int32)
+    qkv, gb, state = _recurrence_inputs(spec, pos, _rng(spec))
+    out, got_state = _run_recurrence(target_name, spec, qkv, gb, pos, slot, state)
+    _close(out, reference(spec, qkv, gb, pos, slot, state))
+    _close(got_state, gdn_recurrent_states(spec, qkv, gb, pos, slot, state))
+    row_by_row = replace(spec, chunk=1)
+    assert row_by_row in RECURRENT
+    want, _ = _run_recurrence(target_name, row_by_row, qkv, gb, pos, slot, state)
+    _close(out, want)
+    cut = 64 - 37
+    first, mid = _run_recurrence(target_name, spec, qkv[:cut], gb[:cut], pos[:cut],
+                                 slot[:cut], state)
+    second, end = _run_recurrence(target_name, spec, qkv[cut:], gb[cut:], pos[cut:],
+                                  slot[cut:], mid)
+    assert np.array_equal(np.concatenate([first, second]), out)
+    assert np.array_equal(end, got_state)
+
+
+def test_chunked_recurrence_tile_follows_the_targets_shared_memory() -> None:
+    """The column tile is the widest whose shared memory fits the target's opt-in limit per
+    block: 32 columns on the H200 (227 KiB), 16 on sm_89 (99 KiB); a chunk whose q and k
+    rows alone exceed the limit is refused with the numbers."""
+    h200, ada = (cuda_params(TARGETS[name]()) for name in ("h200", "rtx4090"))
+    tile, threads, smem = chunked_layout(CHUNKED_27B, h200)
+    assert tile == 32 and smem == chunked_smem_bytes(CHUNKED_27B, 32, threads)
+    assert smem <= h200.max_dynamic_smem
+    tile, threads, smem = chunked_layout(CHUNKED_27B, ada)
+    assert tile == 16 and smem <= ada.max_dynamic_smem
+    assert chunked_smem_bytes(CHUNKED_27B, 32, threads) > ada.max_dynamic_smem
+    wide = replace(CHUNKED_27B, k_dim=256)
+    with pytest.raises(NotImplementedError, match=r"needs \d+ bytes of shared memory"):
+        chunked_layout(wide, ada)
 
 
 @pytest.mark.parametrize("target_name", ["h200", "rtx4090"])

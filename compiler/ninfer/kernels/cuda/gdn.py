@@ -23,6 +23,21 @@ number below comes from the spec and `CudaParams`.
   mem = S^T k (the KG partial sums meet in shared memory, summed in group order); delta =
   (v - mem) * beta; S += k delta^T; out = S^T q. The state is read at the block's first
   row and written back after its last.
+- Chunked recurrence (GdnRecurrentSpec.chunk > 1, --gdn-prefill chunked): the state's
+  columns are independent in both forms of the rule, so one block per (value head, column
+  tile of CT columns, state slot) (grid v_heads x dv / CT, max_seqs: several blocks per head
+  even for one sequence) holds its tile S[:, c0 .. c0 + CT) in dynamic shared memory. It cuts
+  its slot's rows into segments exactly as the CPU kernel does (consecutive positions, cut
+  at absolute multiples of the chunk; kernels/cpu/gdn.py); a segment of at least
+  GDN_CHUNK_MIN_ROWS rows runs the WY form, shorter ones (decode rows) row by row on the
+  tile. Per segment of L rows: the rows' L2-normalised q and k (a warp per row), v's tile
+  columns and the cumulative log-decay G (thread 0, in row order) into shared memory;
+  Y = b (V - e^G (K S)); A = b_i e^(G_i - G_j) k_i . k_j (j < i); D = (I + A)^-1 Y by
+  forward substitution (a thread per column, no barrier); P = e^(G_i - G_j) q_i . k_j
+  (j <= i) over A; out = e^G (Q S) + P D; S' = e^(G_L-1) S + (e^(G_L-1 - G) K)^T D. CT is
+  the widest of 32, 16, 8 whose shared memory (chunked_smem_bytes) fits the target's
+  opt-in limit per block (verified like every launch); none fitting refuses the compile
+  with the numbers.
 - Output norm (GdnNormSpec): one warp per (row, value head), the elementwise block size.
 - Router (MoeRouterSpec): one warp per row, the elementwise block size: softmax max and
   sum, then top_k passes of a warp-wide (logit, id) argmax over the experts not yet picked
@@ -32,8 +47,9 @@ number below comes from the spec and `CudaParams`.
 - Combine (MoeCombineSpec): one block per row: x . gate (warp sums, then warps in order),
   then per channel the top_k routed rows in order plus sigmoid(x . gate) x shared.
 
-Slots clamp into [0, max_seqs) and routed positions into [0, rows). No dynamic shared
-memory; every sum has a fixed order, so results are deterministic for a given batch.
+Slots clamp into [0, max_seqs) and routed positions into [0, rows). Only the chunked
+recurrence uses dynamic shared memory; every sum has a fixed order, so results are
+deterministic for a given batch.
 """
 
 from __future__ import annotations
@@ -54,6 +70,7 @@ from ..spec import (
     MoeCombineSpec,
     MoeRouterSpec,
 )
+from ..spec_hybrid import GDN_CHUNK_MIN_ROWS
 from .schedules import WARP, CudaParams, pow2_ceil
 
 TEMPLATE = "cuda/gdn.cu.j2"
@@ -61,6 +78,7 @@ HAND_WRITTEN = (GdnConvSpec, GdnGateSpec, GdnRecurrentSpec, GdnNormSpec, MoeRout
                 MoeCombineSpec)
 MAX_STATE_REGS = 64  # state floats per recurrence thread (schedules.RECURRENT_REGISTERS)
 MAX_EXPERTS = WARP * 32  # the router's per-lane bit mask of picked experts
+CHUNK_TILES = (32, 16, 8)  # state columns per chunked-recurrence block, widest first
 
 
 def is_hand_written(spec: KernelSpec) -> bool:
@@ -90,6 +108,39 @@ def recurrent_layout(spec: GdnRecurrentSpec, params: CudaParams) -> tuple[int, i
     return tx, kg, kpt
 
 
+def chunked_smem_bytes(spec: GdnRecurrentSpec, tile: int, threads: int) -> int:
+    """Dynamic shared memory of a chunked-recurrence block holding `tile` state columns:
+    q and k rows of a chunk (row stride k_dim + 1, so a warp reading one column of many
+    rows hits distinct banks), the state tile, A (then P), Y (then D), the partial sums
+    of the row-by-row form, G, e^G, beta, the state-update weights, two norms."""
+    ch, dk = spec.chunk, spec.k_dim
+    floats = (2 * ch * (dk + 1) + dk * tile + ch * ch + ch * tile + threads + 4 * ch + 2)
+    return 4 * floats
+
+
+def chunked_layout(spec: GdnRecurrentSpec, params: CudaParams) -> tuple[int, int, int]:
+    """(CT, threads, dynamic shared memory bytes) of the chunked recurrence on a target:
+    the widest column tile of CHUNK_TILES (at most v_dim rounded up to 8) that fits."""
+    threads = params.elementwise_threads
+    tiles = [t for t in CHUNK_TILES if t <= max(8, pow2_ceil(spec.v_dim))]
+    for tile in tiles:
+        smem = chunked_smem_bytes(spec, tile, threads)
+        if smem <= params.max_dynamic_smem:
+            return tile, threads, smem
+    need = chunked_smem_bytes(spec, tiles[-1], threads)
+    raise NotImplementedError(
+        f"{spec.name()}: a chunk of {spec.chunk} rows with k_dim {spec.k_dim} needs {need} "
+        f"bytes of shared memory per block, over the {params.max_dynamic_smem} this target "
+        "allows; compile with --gdn-prefill recurrent")
+
+
+def dynamic_smem(spec: KernelSpec, params: CudaParams) -> int:
+    """Bytes of dynamic shared memory a launch of `spec` takes (the chunked recurrence's)."""
+    if isinstance(spec, GdnRecurrentSpec) and spec.chunk > 1:
+        return chunked_layout(spec, params)[2]
+    return 0
+
+
 def _threads(params: CudaParams, work: int) -> int:
     """A block for `work` items: the elementwise block size, smaller for small work."""
     return max(WARP, min(params.elementwise_threads, pow2_ceil(work)))
@@ -103,6 +154,9 @@ def launch_shape(spec: KernelSpec, params: CudaParams) -> tuple[tuple[Expr, Expr
     if isinstance(spec, GdnGateSpec):
         threads = _threads(params, spec.v_heads)
         return (ceil_div(N * spec.v_heads, threads), ONE, ONE), threads
+    if isinstance(spec, GdnRecurrentSpec) and spec.chunk > 1:
+        tile, threads, _ = chunked_layout(spec, params)
+        return (Const(spec.v_heads * -(-spec.v_dim // tile)), Const(spec.max_seqs), ONE), threads
     if isinstance(spec, GdnRecurrentSpec):
         tx, kg, _ = recurrent_layout(spec, params)
         return (Const(spec.v_heads), Const(spec.max_seqs), ONE), tx * kg
@@ -127,6 +181,13 @@ def _values(spec: KernelSpec, params: CudaParams) -> dict[str, object]:
         values |= {"channels": spec.channels, "kernel": spec.kernel, "max_seqs": spec.max_seqs}
     elif isinstance(spec, GdnGateSpec):
         values |= {"v_heads": spec.v_heads}
+    elif isinstance(spec, GdnRecurrentSpec) and spec.chunk > 1:
+        tile, _, smem = chunked_layout(spec, params)
+        values |= {"kind": "gdn_recurrent_chunked", "k_heads": spec.k_heads,
+                   "v_heads": spec.v_heads, "k_dim": spec.k_dim, "v_dim": spec.v_dim,
+                   "max_seqs": spec.max_seqs, "channels": spec.channels, "chunk": spec.chunk,
+                   "tile": tile, "tiles": -(-spec.v_dim // tile), "smem": smem,
+                   "min_rows": GDN_CHUNK_MIN_ROWS, "scale": repr(float(spec.k_dim**-0.5))}
     elif isinstance(spec, GdnRecurrentSpec):
         tx, kg, kpt = recurrent_layout(spec, params)
         values |= {"k_heads": spec.k_heads, "v_heads": spec.v_heads, "k_dim": spec.k_dim,

@@ -150,7 +150,7 @@ def _hand_written_launches(spec: KernelSpec, params: cs.CudaParams) -> list[Cuda
     if gdn.is_hand_written(spec):
         grid, threads = gdn.launch_shape(spec, params)
         return [CudaLaunch(spec.name(), gdn.kernel_symbol(spec), [*args, size], grid,
-                           (threads, 1, 1), ZERO, [])]
+                           (threads, 1, 1), Const(gdn.dynamic_smem(spec, params)), [])]
     grid, threads = attention.launch_shape(spec, params)
     symbol = attention.kernel_symbol(spec)
     if not (isinstance(spec, AttentionSpec) and attention.attention_splits(spec, params) > 1):
