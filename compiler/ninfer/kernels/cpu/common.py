@@ -12,6 +12,10 @@ import functools
 from tvm import tirx
 from tvm.script.ir_builder import tirx as irb
 
+from . import tvmscript
+
+tvmscript.install()  # every CPU kernel builder imports this module
+
 # float32 lanes of one AVX2 register. AVX-512 machines run the same code on ymm registers;
 # a wider value here is the single switch for them.
 VECTOR_LANES = 8
