@@ -1,0 +1,106 @@
+// The Engine's sampling of a step's rows: the request's logits processors and Sampler on
+// the host, or the same as parameters of the device sampler's row.
+#include <limits>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/engine_seq.h"
+
+namespace ninfer {
+
+// The row the device sampler draws s's next token from: what process_logits and
+// Sampler::sample do on the host, as parameters, one merged edit per token (min_tokens
+// masking, logit_bias, penalties) and the AND of the constraints' bitmasks.
+void Engine::device_row(Seq& s, int k) {
+  const GenerationRequest& req = s.state->request;
+  const SamplingParams& p = req.sampling;
+  const int vocab = model_.info().vocab_size;
+  std::vector<SampleEdit>& edits = sample_edits_[k];
+  edits.clear();
+  edit_index_.clear();
+  auto edit = [&](int32_t id) -> SampleEdit* {
+    if (id < 0 || id >= vocab) return nullptr;
+    auto [it, fresh] = edit_index_.emplace(id, static_cast<int>(edits.size()));
+    if (fresh) edits.push_back(SampleEdit{id});
+    return &edits[it->second];
+  };
+  if (s.generated < req.min_tokens) {
+    if (!req.ignore_eos)
+      for (int32_t id : eos_ids_)
+        if (SampleEdit* e = edit(id)) e->flags |= SampleEdit::kMask;
+    for (int32_t id : req.stop_token_ids)
+      if (SampleEdit* e = edit(id)) e->flags |= SampleEdit::kMask;
+  }
+  for (const auto& [id, bias] : p.logit_bias)  // ids are unique (a JSON object's keys)
+    if (SampleEdit* e = edit(id)) {
+      e->flags |= SampleEdit::kBias;
+      e->bias += bias;
+    }
+  if (p.has_penalties())
+    s.counts.each([&](int32_t id, bool, int output) {
+      SampleEdit* e = edit(id);
+      if (!e) return;
+      if (p.repetition_penalty != 1.0f) e->flags |= SampleEdit::kRepeat;
+      if (output > 0) {
+        e->flags |= SampleEdit::kOutput;
+        e->frequency = p.frequency_penalty * static_cast<float>(output);
+        e->presence = p.presence_penalty;
+      }
+    });
+  SampleRow& row = sample_rows_[k];
+  row = SampleRow{};
+  row.temperature = p.temperature;
+  row.top_p = p.top_p;
+  row.min_p = p.min_p;
+  row.repetition_penalty = p.repetition_penalty;
+  row.top_k = p.top_k;
+  row.logprobs = req.logprobs;
+  row.seed = req.seed + static_cast<uint64_t>(s.index);  // as the host Sampler is seeded
+  row.counter = static_cast<uint64_t>(s.generated);
+  row.edits = edits.data();
+  row.n_edits = static_cast<int>(edits.size());
+  if (!s.constraints.empty()) {
+    std::vector<uint32_t>& mask = sample_masks_[k];
+    mask.assign(static_cast<size_t>(vocab + 31) / 32, ~0u);
+    for (const auto& c : s.constraints) c->fill_bitmask(mask.data(), vocab);
+    row.mask = mask.data();
+  }
+}
+
+// The host path: the processors, then the Sampler, over the step's row (in place).
+int32_t Engine::sample_host(Seq& s, float* logits, TokenLogprob* logprob) {
+  const GenerationRequest& req = s.state->request;
+  const int vocab = model_.info().vocab_size;
+  // Logprobs are the model's own (before the processors): keep the raw row if they will
+  // change it.
+  const bool processed = s.generated < req.min_tokens || !req.sampling.logit_bias.empty() ||
+                         req.sampling.has_penalties() || !s.constraints.empty();
+  if (logprob && processed) raw_logits_.assign(logits, logits + vocab);
+  process_logits(s, logits);
+  const int32_t token = s.sampler.sample(logits, vocab, req.sampling);
+  if (logprob) {
+    const LogSoftmax lsm(processed ? raw_logits_.data() : logits, vocab);
+    *logprob = {token, lsm.logprob(token), lsm.top(req.logprobs)};
+  }
+  return token;
+}
+
+// The logits processors of the request (sampling.h: min_tokens, logit_bias, penalties;
+// then the constraints), in place on the step's row.
+void Engine::process_logits(Seq& s, float* logits) {
+  const GenerationRequest& req = s.state->request;
+  const int vocab = model_.info().vocab_size;
+  if (s.generated < req.min_tokens) {
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    if (!req.ignore_eos)
+      for (int32_t id : eos_ids_)
+        if (id >= 0 && id < vocab) logits[id] = kMasked;
+    for (int32_t id : req.stop_token_ids)
+      if (id >= 0 && id < vocab) logits[id] = kMasked;
+  }
+  if (!req.sampling.logit_bias.empty()) apply_logit_bias(logits, vocab, req.sampling);
+  if (req.sampling.has_penalties()) s.counts.apply(logits, vocab, req.sampling);
+  for (const auto& c : s.constraints) c->apply(logits, vocab);
+}
+
+}  // namespace ninfer
