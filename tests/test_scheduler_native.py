@@ -45,7 +45,8 @@ def test_device_sampling_path() -> None:
 
 
 @pytest.mark.parametrize("case", ["scheduler", "invariance", "cancel", "admission", "sampling",
-                                  "slowdown", "stops", "fork", "token_controls", "processors"])
+                                  "slowdown", "stops", "fork", "token_controls", "processors",
+                                  "speculate"])
 def test_native(test_engine: Path, case: str) -> None:
     assert f"{case} ok" in _run(test_engine, case)
 

@@ -55,10 +55,7 @@ void apply_logit_bias(float* logits, int vocab, const SamplingParams& p) {
 // every token, unsorted (order does not change the distribution). min_p zeroes the weight
 // of every token whose probability is below min_p times the top token's, before top_p
 // measures the mass (vLLM v1 applies min_p before top-k / top-p; min_p and top_k commute).
-int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p) {
-  const int32_t best = argmax(logits, vocab);
-  if (best < 0) throw std::runtime_error(kAllMaskedError);
-  if (p.temperature <= 0.0f || p.top_k == 1) return best;
+Candidates candidates(const float* logits, int vocab, const SamplingParams& p, int32_t best) {
   const double inv_t = 1.0 / p.temperature;
   const double top = logits[best];
   const double min_weight = p.min_p > 0 ? p.min_p : 0.0;  // the top token's weight is 1
@@ -67,7 +64,9 @@ int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p)
     return w >= min_weight ? w : 0.0;
   };
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b]; };
-  std::vector<int32_t> ids(vocab);
+  Candidates c;
+  std::vector<int32_t>& ids = c.ids;
+  ids.resize(vocab);
   std::iota(ids.begin(), ids.end(), 0);
   int keep = vocab;
   bool sorted = false;
@@ -80,19 +79,20 @@ int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p)
     total = 0;
     for (int i = 0; i < vocab; ++i) total += weight(i);
     const double want = p.top_p * total;
-    for (int c = std::min(vocab, 64);; c = std::min(vocab, c * 4)) {
-      if (c < vocab) std::nth_element(ids.begin(), ids.begin() + c, ids.end(), by_logit);
+    for (int n = std::min(vocab, 64);; n = std::min(vocab, n * 4)) {
+      if (n < vocab) std::nth_element(ids.begin(), ids.begin() + n, ids.end(), by_logit);
       double mass = 0;
-      for (int i = 0; i < c; ++i) mass += weight(ids[i]);
-      if (mass >= want || c == vocab) {
-        keep = c;
+      for (int i = 0; i < n; ++i) mass += weight(ids[i]);
+      if (mass >= want || n == vocab) {
+        keep = n;
         break;
       }
     }
     std::sort(ids.begin(), ids.begin() + keep, by_logit);
     sorted = true;
   }
-  std::vector<double> probs(keep);
+  std::vector<double>& probs = c.weights;
+  probs.resize(keep);
   double sum = 0;
   for (int i = 0; i < keep; ++i) sum += probs[i] = weight(ids[i]);
   if (p.top_p < 1.0f && sorted) {
@@ -109,15 +109,60 @@ int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p)
     keep = cut;
     sum = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
   }
-  // r in [0, sum): a token of weight 0 (masked, or below min_p) is never drawn.
+  ids.resize(keep);
+  probs.resize(keep);
+  c.sum = sum;
+  return c;
+}
+
+double Candidates::probability(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == id) return weights[i] / sum;
+  return 0.0;
+}
+
+// r in [0, sum): a token of weight 0 (masked, or below min_p) is never drawn.
+int32_t Sampler::draw(const std::vector<int32_t>& ids, const std::vector<double>& weights,
+                      double sum) {
   double r = std::uniform_real_distribution<double>(0.0, sum)(rng_);
+  const int keep = static_cast<int>(ids.size());
   for (int i = 0; i < keep; ++i) {
-    if (r < probs[i]) return ids[i];
-    r -= probs[i];
+    if (r < weights[i]) return ids[i];
+    r -= weights[i];
   }
   for (int i = keep - 1; i >= 0; --i)  // rounding left r at the very end
-    if (probs[i] > 0) return ids[i];
-  return best;
+    if (weights[i] > 0) return ids[i];
+  return ids.empty() ? -1 : ids[0];
+}
+
+int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p) {
+  const int32_t best = argmax(logits, vocab);
+  if (best < 0) throw std::runtime_error(kAllMaskedError);
+  if (is_greedy(p)) return best;
+  const Candidates c = candidates(logits, vocab, p, best);
+  return draw(c.ids, c.weights, c.sum);
+}
+
+DraftVerdict Sampler::verify(const float* logits, int vocab, const SamplingParams& p, int32_t draft,
+                             const float* q) {
+  const int32_t best = argmax(logits, vocab);
+  if (best < 0) throw std::runtime_error(kAllMaskedError);
+  if (is_greedy(p)) return {best, draft == best};
+  const Candidates c = candidates(logits, vocab, p, best);
+  const double pd = draft >= 0 && draft < vocab ? c.probability(draft) : 0.0;
+  const double qd = q == nullptr ? 1.0 : (draft >= 0 && draft < vocab ? q[draft] : 0.0);
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  if (pd > 0 && qd > 0 && u * qd < pd) return {draft, true};
+  // The residual max(0, p - q) over the candidates (q's other tokens have p = 0).
+  std::vector<double> residual(c.ids.size());
+  double sum = 0;
+  for (size_t i = 0; i < c.ids.size(); ++i) {
+    const int32_t id = c.ids[i];
+    const double qi = q == nullptr ? (id == draft ? 1.0 : 0.0) : q[id];
+    sum += residual[i] = std::max(0.0, c.weights[i] / c.sum - qi);
+  }
+  if (!(sum > 0)) return {draw(c.ids, c.weights, c.sum), false};  // p == q up to rounding
+  return {draw(c.ids, residual, sum), false};
 }
 
 LogSoftmax::LogSoftmax(const float* logits, int vocab) : logits_(logits), vocab_(vocab) {

@@ -64,6 +64,30 @@ extern const char kAllMaskedError[];
 // Adds each bias to its token's logit (ids were validated by the caller).
 void apply_logit_bias(float* logits, int vocab, const SamplingParams& p);
 
+// The distribution Sampler::sample draws from once temperature, min_p, top_k and top_p
+// are applied: token ids[i] has weight weights[i] (unnormalised: 0 below min_p or masked),
+// in the order the draw walks them; every other token has probability 0.
+struct Candidates {
+  std::vector<int32_t> ids;
+  std::vector<double> weights;
+  double sum = 0;
+  // The probability of `id` (0 when it is not a candidate).
+  double probability(int32_t id) const;
+};
+
+// Whether p samples greedily (temperature <= 0 or top_k == 1): the argmax, no draw.
+inline bool is_greedy(const SamplingParams& p) { return p.temperature <= 0.0f || p.top_k == 1; }
+
+// Candidates of a sampled (not greedy) row whose argmax is `best` (>= 0).
+Candidates candidates(const float* logits, int vocab, const SamplingParams& p, int32_t best);
+
+// Speculative decoding's verdict on one draft token at one position: `token` is the
+// position's output (the draft when accepted).
+struct DraftVerdict {
+  int32_t token = 0;
+  bool accepted = false;
+};
+
 class Sampler {
  public:
   explicit Sampler(uint64_t seed) : rng_(seed) {}
@@ -71,8 +95,19 @@ class Sampler {
   // when temperature <= 0 or top_k == 1. Masked (-inf) tokens are never drawn; throws
   // std::runtime_error when every token is masked.
   int32_t sample(const float* logits, int vocab, const SamplingParams& p);
+  // Lossless verification of `draft` against the (processed) logits of its position, so
+  // that the position's output follows exactly the distribution sample() draws from:
+  // greedy rows accept the draft iff it is the argmax, else output the argmax. Sampled
+  // rows accept with probability min(1, p(draft) / q(draft)), else draw from the
+  // normalised residual max(0, p - q) (Leviathan et al.; vLLM's rejection sampler), p the
+  // candidates' distribution and q the draft's: `q` over the vocabulary, or nullptr for a
+  // draft proposed with certainty (n-gram lookup: q is 1 at the draft, so the draft is
+  // accepted with probability p(draft) and a rejection draws from p without it).
+  DraftVerdict verify(const float* logits, int vocab, const SamplingParams& p, int32_t draft,
+                      const float* q = nullptr);
 
  private:
+  int32_t draw(const std::vector<int32_t>& ids, const std::vector<double>& weights, double sum);
   std::mt19937_64 rng_;
 };
 

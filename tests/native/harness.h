@@ -92,6 +92,7 @@ void test_stops();
 void test_fork();
 void test_token_controls();
 void test_logits_processors();
+void test_speculate();
 void print_metrics();
 void write_log(const std::string& path);
 
