@@ -338,7 +338,8 @@ def chunked(qwen35_model: CompiledModel):
     out = TEST_MODELS / "qwen35-tiny-chunked-cpu"
     compile_once(CompileOptions(model_dir=qwen35_model.checkpoint, target="cpu", out_dir=out,
                                 model_id="qwen35-tiny", max_context=256, prefill_chunk=80,
-                                max_concurrency=4, kv_dtype="f32", gdn_prefill="chunked"))
+                                max_concurrency=4, kv_dtype="f32", gdn_prefill="chunked",
+                                python_module=False))  # served only
     report = (out / "compile_report.json").read_text()
     assert re.search(r"gdn_recurrent_\w+_c64\b", report), "no 64-row chunked recurrence"
     with Server(out, threads=2) as srv:
