@@ -56,8 +56,8 @@ console = Console(stderr=True)
 @click.option("--gdn-prefill", default="auto", show_default=True,
               type=click.Choice(["auto", "recurrent", "chunked"]),
               help="Hybrid models: a prompt's Gated DeltaNet recurrence row by row, or in "
-                   "64-row chunks of the WY form (cpu target). auto = recurrent, the faster "
-                   "on the CPUs measured.")
+                   "64-row chunks of the WY form (cpu and CUDA targets). auto = recurrent, "
+                   "the faster on the CPUs measured (the CUDA chunked form is unmeasured).")
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
