@@ -132,7 +132,7 @@ int32_t Sampler::draw(const std::vector<int32_t>& ids, const std::vector<double>
   }
   for (int i = keep - 1; i >= 0; --i)  // rounding left r at the very end
     if (weights[i] > 0) return ids[i];
-  return ids.empty() ? -1 : ids[0];
+  return -1;  // no weight at all
 }
 
 int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p) {
@@ -140,7 +140,8 @@ int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p)
   if (best < 0) throw std::runtime_error(kAllMaskedError);
   if (is_greedy(p)) return best;
   const Candidates c = candidates(logits, vocab, p, best);
-  return draw(c.ids, c.weights, c.sum);
+  const int32_t token = draw(c.ids, c.weights, c.sum);
+  return token >= 0 ? token : best;  // best has weight 1: not reached
 }
 
 DraftVerdict Sampler::verify(const float* logits, int vocab, const SamplingParams& p, int32_t draft,
@@ -161,7 +162,10 @@ DraftVerdict Sampler::verify(const float* logits, int vocab, const SamplingParam
     const double qi = q == nullptr ? (id == draft ? 1.0 : 0.0) : q[id];
     sum += residual[i] = std::max(0.0, c.weights[i] / c.sum - qi);
   }
-  if (!(sum > 0)) return {draw(c.ids, c.weights, c.sum), false};  // p == q up to rounding
+  if (!(sum > 0)) {  // p == q up to rounding: a draw from p
+    const int32_t token = draw(c.ids, c.weights, c.sum);
+    return {token >= 0 ? token : best, false};
+  }
   return {draw(c.ids, residual, sum), false};
 }
 

@@ -107,6 +107,7 @@ class Sampler {
                       const float* q = nullptr);
 
  private:
+  // One of ids by weight (-1 when every weight is 0).
   int32_t draw(const std::vector<int32_t>& ids, const std::vector<double>& weights, double sum);
   std::mt19937_64 rng_;
 };

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,9 @@ void test_ngram() {
   }
 }
 
-// The position's output over `draws` verifications of drafts from `draft_of` (a fixed
-// token, or drawn from q), against exact_distribution; returns the acceptance rate.
+// The position's output over `draws` verifications of drafts (`fixed_draft` proposed with
+// certainty, or drawn from `q` when given), against exact_distribution; returns the
+// acceptance rate.
 double check_verify(const std::vector<float>& logits, const SamplingParams& p, int draws,
                     int32_t fixed_draft, const std::vector<float>* q, const std::string& what) {
   const int vocab = static_cast<int>(logits.size());

@@ -7,8 +7,8 @@ every macro expansion. That was most of a kernel's build: a q8g32 gemv's PrimFun
 4.6 s, 3.9 s of them in `inspect.getframeinfo`. The same frames, in the same order (the
 current one first, then each caller), can be read through `f_back`; the parser is the first
 `f_globals` entry of the name TVMScript binds, as before. The built functions are the same
-(tests/kernels/test_cpu_kernels.py checks them structurally equal to the library's own
-lookup; the golden sources do not move).
+(tests/kernels/test_tvmscript_lookup.py checks them structurally equal to the library's
+own lookup; the golden sources do not move).
 """
 
 from __future__ import annotations

@@ -120,7 +120,8 @@ def chunked_smem_bytes(spec: GdnRecurrentSpec, tile: int, threads: int) -> int:
 
 def chunked_layout(spec: GdnRecurrentSpec, params: CudaParams) -> tuple[int, int, int]:
     """(CT, threads, dynamic shared memory bytes) of the chunked recurrence on a target:
-    the widest column tile of CHUNK_TILES (at most v_dim rounded up to 8) that fits."""
+    the widest column tile of CHUNK_TILES (no wider than v_dim's power of two, at least
+    8) whose shared memory fits the opt-in limit per block."""
     threads = params.elementwise_threads
     tiles = [t for t in CHUNK_TILES if t <= max(8, pow2_ceil(spec.v_dim))]
     for tile in tiles:
@@ -181,18 +182,18 @@ def _values(spec: KernelSpec, params: CudaParams) -> dict[str, object]:
         values |= {"channels": spec.channels, "kernel": spec.kernel, "max_seqs": spec.max_seqs}
     elif isinstance(spec, GdnGateSpec):
         values |= {"v_heads": spec.v_heads}
-    elif isinstance(spec, GdnRecurrentSpec) and spec.chunk > 1:
-        tile, _, smem = chunked_layout(spec, params)
-        values |= {"kind": "gdn_recurrent_chunked", "k_heads": spec.k_heads,
-                   "v_heads": spec.v_heads, "k_dim": spec.k_dim, "v_dim": spec.v_dim,
-                   "max_seqs": spec.max_seqs, "channels": spec.channels, "chunk": spec.chunk,
-                   "tile": tile, "tiles": -(-spec.v_dim // tile), "smem": smem,
-                   "min_rows": GDN_CHUNK_MIN_ROWS, "scale": repr(float(spec.k_dim**-0.5))}
     elif isinstance(spec, GdnRecurrentSpec):
-        tx, kg, kpt = recurrent_layout(spec, params)
         values |= {"k_heads": spec.k_heads, "v_heads": spec.v_heads, "k_dim": spec.k_dim,
                    "v_dim": spec.v_dim, "max_seqs": spec.max_seqs, "channels": spec.channels,
-                   "tx": tx, "kg": kg, "kpt": kpt, "scale": repr(float(spec.k_dim**-0.5))}
+                   "scale": repr(float(spec.k_dim**-0.5))}
+        if spec.chunk > 1:
+            tile, _, smem = chunked_layout(spec, params)
+            values |= {"kind": "gdn_recurrent_chunked", "chunk": spec.chunk, "tile": tile,
+                       "tiles": -(-spec.v_dim // tile), "smem": smem,
+                       "min_rows": GDN_CHUNK_MIN_ROWS}
+        else:
+            tx, kg, kpt = recurrent_layout(spec, params)
+            values |= {"tx": tx, "kg": kg, "kpt": kpt}
     elif isinstance(spec, GdnNormSpec):
         values |= {"v_heads": spec.v_heads, "v_dim": spec.v_dim, "eps": repr(float(spec.eps))}
     elif isinstance(spec, MoeRouterSpec):
