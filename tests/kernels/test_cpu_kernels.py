@@ -83,9 +83,9 @@ CASES = [
     Case(_mm(k=5, n_out=2, bias=True), 3),  # smaller than one vector / one tile
     Case(_mm(k=5, n_out=2, bias=True, schedule="gemm"), 5),
     Case(_mm(k=203, n_out=74, schedule="gemm"), 33),
-    Case(_mm(k=256, n_out=64 * 9 + 10, bias=True), 1),  # 4 streams, one left, a tail panel
-    Case(_mm(k=256, n_out=64 * 9 + 10, bias=True), 2),  # 3 streams
-    Case(_mm(k=256, n_out=64 * 9 + 10, bias=True, wdtype="f16"), 3),  # 2 streams
+    Case(_mm(k=256, n_out=64 * 9 + 10, bias=True), 1),  # streams, a panel left, a tail panel
+    Case(_mm(k=256, n_out=64 * 9 + 10, bias=True), 2),  # 2 rows in streams
+    Case(_mm(k=256, n_out=64 * 9 + 10, bias=True, wdtype="f16"), 3),  # 3 rows in streams
     Case(_mm(k=1100, n_out=192, wdtype="f16"), 8),  # k blocks: a 6-row tile and 2 rows
     Case(RopeSpec(heads=4, head_dim=64, max_pos=512), 1),
     Case(RopeSpec(heads=4, head_dim=64, max_pos=512), 33),

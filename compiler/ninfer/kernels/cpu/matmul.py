@@ -58,8 +58,11 @@ class MatmulTiles:
 TILES_512 = MatmulTiles(mr=6, cv=4, kb_bytes=32768, mb=64)
 TILES_256 = MatmulTiles(mr=6, cv=2, kb_bytes=32768, mb=64)
 GEMM_PF_BLOCKS = 2
-# gemv: streams of w per thread for 1, 2 and 3 rows (accumulators: rows x streams x CV)
-GEMV_STREAMS = (4, 3, 2)
+# gemv: streams of w (whole panels) per thread for 1, 2 and 3 rows, by float32 lanes
+# (accumulators: rows x streams x PANEL / lanes; 16 lanes: 16-24 of 32 registers; 8 lanes:
+# a panel is 8 vectors, and 16-24 accumulators spill some to L1 but still read faster than
+# narrower sub-panels or a single stream for one row: RESULTS 2026-12-03)
+GEMV_STREAMS = {16: (4, 3, 2), 8: (2, 1, 1)}
 PF_BYTES = 2048  # gemv: software prefetch distance along the stream (0: hardware prefetch only)
 
 
@@ -106,6 +109,8 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
     if PANEL % SC:
         raise ValueError(f"cpu_matmul: {CV} x {VW} columns do not divide a panel of {PANEL}")
     SUB = PANEL // SC  # sub-panels per panel
+    CVF = PANEL // VW  # vectors of a whole panel (the gemv's streams)
+    GST = GEMV_STREAMS[VW]
     NPAN = -(-N // PANEL)
     NPF = N // PANEL  # panels without padding
     NS = NPF * SUB  # their sub-panels
@@ -114,65 +119,77 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
     KB = max(1, min(K, tl.kb_bytes // (SC * WB)))
     MB = tl.mb
     LINE = 64 // WB  # weights per cache line
-    LINES = max(1, SC // LINE)  # cache lines of one k step of a sub-panel
     PF_AHEAD = PF_BYTES // WB
     # gemm: the first row tile of each k block prefetches w GEMM_PF_BLOCKS blocks ahead
     GEMM_PF = GEMM_PF_BLOCKS * KB * PANEL
     TOTAL = NPAN * K * PANEL
 
-    def _col(s, sd, c):
-        # first output column of accumulator vector c (stream c // CV) of sub-panel s
-        sj = s + c // CV * sd
-        return sj // SUB * PANEL + sj % SUB * SC + c % CV * VW
+    def _lines(CW):
+        # cache lines of one k step of a sub-panel of CW vectors
+        return max(1, CW * VW // LINE)
+
+    def _pan(sj, CW):
+        # panel of sub-panel sj (sub-panels of CW vectors)
+        return sj // (PANEL // (CW * VW))
+
+    def _pcol(sj, CW):
+        # first column of sub-panel sj within its panel
+        return sj % (PANEL // (CW * VW)) * (CW * VW)
+
+    def _col(s, sd, c, CW=CV):
+        # first output column of accumulator vector c (stream c // CW) of sub-panel s
+        sj = s + c // CW * sd
+        return _pan(sj, CW) * PANEL + _pcol(sj, CW) + c % CW * VW
 
     @T.macro
-    def micro(x, w, bias, out, acc, i0, s, k0, kn, R, tail, pf, ST=1, sd=0):
-        # Rows i0..i0+R of the sub-panels s + j * sd, j < ST (panel s // SUB, vectors
-        # (s % SUB) * CV ..), k0..k0+kn: resume the chains from out (or start them from the
-        # bias at k0 = 0), add the products, store them back. ST > 1 reads ST streams of w
-        # at once (more memory-level parallelism for a single row).
+    def micro(x, w, bias, out, acc, i0, s, k0, kn, R, tail, pf, ST=1, sd=0, CW=CV):
+        # Rows i0..i0+R of the sub-panels s + j * sd, j < ST, of CW vectors each (panel
+        # s // (PANEL // (CW * VW)), vectors (s % ...) * CW ..), k0..k0+kn: resume the
+        # chains from out (or start them from the bias at k0 = 0), add the products, store
+        # them back. ST > 1 reads ST streams of w at once (more memory-level parallelism
+        # for a single row).
         for r in T.unroll(R):
-            for c in T.unroll(ST * CV):
+            for c in T.unroll(ST * CW):
                 if tail:  # k0 == 0 here; columns past N start (and stay) unused
                     for v in range(VW):
                         if has_bias:
                             acc[r, c, v] = T.if_then_else(
-                                _col(s, sd, c) + v < N, bias[T.min(_col(s, sd, c) + v, N - 1)],
-                                f32(0.0))
+                                _col(s, sd, c, CW) + v < N,
+                                bias[T.min(_col(s, sd, c, CW) + v, N - 1)], f32(0.0))
                         else:
                             acc[r, c, v] = f32(0.0)
                 elif k0 == 0:
                     for v in T.vectorized(VW):
                         if has_bias:
-                            acc[r, c, v] = bias[_col(s, sd, c) + v]
+                            acc[r, c, v] = bias[_col(s, sd, c, CW) + v]
                         else:
                             acc[r, c, v] = f32(0.0)
                 else:
                     for v in T.vectorized(VW):
-                        acc[r, c, v] = out[i0 + r, _col(s, sd, c) + v]
+                        acc[r, c, v] = out[i0 + r, _col(s, sd, c, CW) + v]
         for kk in range(kn):
             if pf > 0:  # pf weights ahead along each stream
                 for j in T.unroll(ST):
-                    for ln in T.unroll(LINES):
+                    for ln in T.unroll(_lines(CW)):
                         T.evaluate(prefetch(w, 0, 0, T.min(
-                            ((s + j * sd) // SUB * K + k0 + kk) * PANEL + (s + j * sd) % SUB * SC
-                            + ln * LINE + pf, i64(TOTAL - 1))))
+                            (_pan(s + j * sd, CW) * K + k0 + kk) * PANEL
+                            + _pcol(s + j * sd, CW) + ln * LINE + pf, i64(TOTAL - 1))))
             for r in T.unroll(R):
-                for c in T.unroll(ST * CV):
+                for c in T.unroll(ST * CW):
                     for v in T.vectorized(VW):
                         acc[r, c, v] = acc[r, c, v] + (
                             x[i0 + r, k0 + kk] * _weight(
-                                w, WD, (s + c // CV * sd) // SUB, k0 + kk,
-                                (s + c // CV * sd) % SUB * SC + c % CV * VW + v))
+                                w, WD, _pan(s + c // CW * sd, CW), k0 + kk,
+                                _pcol(s + c // CW * sd, CW) + c % CW * VW + v))
         for r in T.unroll(R):
-            for c in T.unroll(ST * CV):
+            for c in T.unroll(ST * CW):
                 if tail:
                     for v in range(VW):
-                        if _col(s, sd, c) + v < N:
-                            out[i0 + r, _col(s, sd, c) + v] = acc[r, c, v]
+                        if _col(s, sd, c, CW) + v < N:
+                            out[i0 + r, _col(s, sd, c, CW) + v] = acc[r, c, v]
                 else:
                     for v in T.vectorized(VW):
-                        out[i0 + r, _col(s, sd, c) + v] = acc[r, c, v]
+                        out[i0 + r, _col(s, sd, c, CW) + v] = acc[r, c, v]
 
     @T.macro
     def rows_body(x, w, bias, out, acc, r0, nr, s, kbn, tail, pf, pf_first):
@@ -204,26 +221,31 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
 
     @T.macro
     def streams(x, w, bias, out, R, ST):
-        # R rows over the whole k range, ST sub-panels NS // ST apart at once, then the
-        # NS % ST left over one at a time
-        for s in T.parallel(NS // ST):
-            acc = scratch((R, ST * CV, VW))
-            micro(x, w, bias, out, acc, 0, s, 0, K, R, False, PF_AHEAD, ST, NS // ST)
-        if NS % ST > 0:
-            for s in T.parallel(NS % ST):
-                acc = scratch((R, CV, VW))
-                micro(x, w, bias, out, acc, 0, NS // ST * ST + s, 0, K, R, False, PF_AHEAD)
+        # R rows over the whole k range, ST whole panels NPF // ST apart at once, then the
+        # NPF % ST left over one at a time: each stream reads its panel's k rows in order,
+        # every byte of every cache line it touches (a sub-panel narrower than the panel
+        # reads part of each line and leaves the rest to a later pass: 30-50% slower on
+        # AVX2, RESULTS 2026-12-03)
+        for s in T.parallel(NPF // ST):
+            acc = scratch((R, ST * CVF, VW))
+            micro(x, w, bias, out, acc, 0, s, 0, K, R, False, PF_AHEAD, ST, NPF // ST, CVF)
+        if NPF % ST > 0:
+            for s in T.parallel(NPF % ST):
+                acc = scratch((R, CVF, VW))
+                micro(x, w, bias, out, acc, 0, NPF // ST * ST + s, 0, K, R, False, PF_AHEAD,
+                      1, 0, CVF)
 
     @T.macro
     def gemv_body(x, w, bias, out, n):
-        # One row alone, 2 or 3 rows: several streams of w per thread (a single stream
-        # reads 15-35% slower; RESULTS 2026-12-02) as far as the registers allow.
-        if n == 1 and NS >= GEMV_STREAMS[0]:
-            streams(x, w, bias, out, 1, GEMV_STREAMS[0])
-        elif n == 2 and NS >= GEMV_STREAMS[1]:
-            streams(x, w, bias, out, 2, GEMV_STREAMS[1])
-        elif n == 3 and NS >= GEMV_STREAMS[2]:
-            streams(x, w, bias, out, 3, GEMV_STREAMS[2])
+        # One row alone, 2 or 3 rows: whole panels, several streams of w per thread (a
+        # single stream reads 15-35% slower; RESULTS 2026-12-02) as far as the registers
+        # allow.
+        if n == 1 and NPF >= GST[0]:
+            streams(x, w, bias, out, 1, GST[0])
+        elif n == 2 and NPF >= GST[1]:
+            streams(x, w, bias, out, 2, GST[1])
+        elif n == 3 and NPF >= GST[2]:
+            streams(x, w, bias, out, 3, GST[2])
         else:
             for s in T.parallel(NS):
                 acc = scratch((MR, CV, VW))
