@@ -215,6 +215,11 @@ def test_memory_plan_counts_the_state_and_only_attention_layers_hold_kv(qwen35_m
     assert gpu.memory.state_slots == 9
     assert gpu.memory.state_bytes == 9 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
     assert gpu.kernels["gdn_recurrent"].max_seqs == gpu.kernels["gdn_conv"].max_seqs == 9
+    # speculation needs per-draft-position state slots, not built yet: refused, not wrong
+    spec = ServeLimits(max_context=256, prefill_chunk=16, max_concurrency=8, kv_dtype="f32",
+                       spec="ngram", max_draft_tokens=4)
+    with pytest.raises(PlanError, match="--spec ngram: speculation on hybrid"):
+        make_plan(graph, load_target("cpu"), spec)
 
 
 def test_every_layer_sparse_qwen35_moe_matches_transformers(qwen35moe_model):

@@ -22,6 +22,10 @@ MODEL = Path("model")
     ({"kv_capacity": -1}, "--kv-capacity -1"),
     ({"prefill_chunk": 0}, "--prefill-chunk 0 must be at least 1"),
     ({"gdn_prefill": "wy"}, "--gdn-prefill must be one of auto, recurrent, chunked"),
+    ({"spec": "eagle"}, "--spec must be one of none, ngram, mtp"),
+    ({"max_draft_tokens": 3}, "--max-draft-tokens sizes speculative decoding: give --spec"),
+    ({"spec": "ngram", "max_draft_tokens": 17}, r"--max-draft-tokens 17 must be in \[1, 16\]"),
+    ({"spec": "mtp"}, "--spec mtp: the MTP draft head is not built yet"),
 ])
 def test_invalid_options_are_refused_when_made(options, message):
     with pytest.raises(OptionsError, match=message):
@@ -41,6 +45,15 @@ def test_target_checks_and_resolved_values():
             target, 4096).gdn_prefill == "chunked"
     auto = CompileOptions(MODEL)
     assert (auto.projections(cpu), auto.projections(gpu)) == ("tvm", "coop")
+    with pytest.raises(OptionsError, match="--spec ngram: speculative verification runs on the "
+                                           "cpu target so far"):
+        CompileOptions(MODEL, spec="ngram").check_target(gpu)
+    spec = CompileOptions(MODEL, spec="ngram").serve_limits(cpu, 4096)
+    assert (spec.spec, spec.max_draft_tokens, spec.logit_rows) == ("ngram", 4, 40)
+    two = CompileOptions(MODEL, spec="ngram", max_draft_tokens=2, prefill_chunk=16)
+    assert two.serve_limits(cpu, 4096).logit_rows == 16  # 8 x 3, capped by the step
+    plain = CompileOptions(MODEL).serve_limits(cpu, 4096)
+    assert (plain.spec, plain.max_draft_tokens, plain.logit_rows) == ("none", 0, 8)
     assert CompileOptions(MODEL).serve_limits(cpu, 40960).gemv_max_rows == 8
     assert CompileOptions(MODEL, weights="q4g64").serve_limits(cpu, 40960).gemv_max_rows == 8
     assert CompileOptions(MODEL).serve_limits(gpu, 40960).gemv_max_rows == 4

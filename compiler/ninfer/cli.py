@@ -58,6 +58,15 @@ console = Console(stderr=True)
               help="Hybrid models: a prompt's Gated DeltaNet recurrence row by row, or in "
                    "64-row chunks of the WY form (cpu and CUDA targets). auto = recurrent, "
                    "the faster on the CPUs measured (the CUDA chunked form is unmeasured).")
+@click.option("--spec", default="none", show_default=True,
+              type=click.Choice(["none", "ngram", "mtp"]),
+              help="Speculative decoding the step programs are sized for: ngram (prompt "
+                   "lookup: drafts copied from the sequence's own earlier tokens) or mtp (the "
+                   "checkpoint's multi-token-prediction head; not built yet). The server's "
+                   "--spec turns it on.")
+@click.option("--max-draft-tokens", type=click.IntRange(1, 16),
+              help="Most draft tokens per sequence and step (default: 4 for ngram, 3 for "
+                   "mtp); a step returns up to max concurrency x (1 + this) logits rows.")
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
@@ -81,7 +90,7 @@ console = Console(stderr=True)
                    "shared memory, CTAs/SM, resident budget, largest size that fits.")
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
          max_context: int | None, prefill_chunk: int | None, max_concurrency: int | None,
-         kv_capacity: str,
+         kv_capacity: str, spec: str, max_draft_tokens: int | None,
          weights: str, weight_overrides: tuple[str, ...], kv_dtype: str, gdn_prefill: str,
          memory_gib: float | None,
          no_python_module: bool, no_build: bool, dump_dir: Path | None,
@@ -134,7 +143,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                               python_module=not no_python_module, build=not no_build,
                               dump_dir=dump_dir,
                               prefill_projections=prefill_projections,
-                              chat_template=chat_template)
+                              chat_template=chat_template, spec=spec,
+                              max_draft_tokens=max_draft_tokens)
         with console.status("compiling") as status:
             result = compile_model(opts, lambda s: status.update(f"[bold]{s}[/bold]"))
     except (ValueError, RuntimeError, OSError) as exc:
@@ -145,7 +155,10 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
         console.print(f"[yellow]note:[/yellow] {note}")
     limits = report.plan.limits
     console.print(f"  serve limits: context {limits.max_context}, prefill chunk "
-                  f"{limits.prefill_chunk}, concurrency {limits.max_concurrency}")
+                  f"{limits.prefill_chunk}, concurrency {limits.max_concurrency}"
+                  + (f", speculation {limits.spec} (up to {limits.max_draft_tokens} drafts, "
+                     f"{limits.logit_rows} logits rows per step)" if limits.max_draft_tokens
+                     else ""))
     if explain:
         _print_launches(report.launches, target)
         _print_coop_routes(report.coop_routes, target)

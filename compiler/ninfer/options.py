@@ -18,6 +18,10 @@ from ninfer.targets import Target
 
 PREFILL_PROJECTIONS = ("auto", "tvm", "coop")
 GDN_PREFILL = ("auto", "recurrent", "chunked")
+SPEC_KINDS = ("none", "ngram", "mtp")
+# --max-draft-tokens when --spec is given without it (vLLM's and NInfer's usual values)
+DEFAULT_DRAFT_TOKENS = {"ngram": 4, "mtp": 3}
+MAX_DRAFT_TOKENS = 16
 # KV-cache formats the CUDA attention reads (kernels.cuda.attention.CUDA_KV_FORMATS)
 CUDA_KV_DTYPES = ("f32", "f16", "bf16")
 # Row counts up to this run the GEMV schedule. On the CPU the float GEMV's 2- and 3-row
@@ -83,6 +87,11 @@ class CompileOptions:
     chat_template: Path | None = None
     # Conversations per template the compile renders through jinja2 and the generated C++.
     chat_template_checks: int = 300
+    # Speculative decoding the step programs are sized for (--spec): "ngram" (prompt
+    # lookup on the host) or "mtp" (the checkpoint's multi-token-prediction head), with
+    # up to max_draft_tokens drafts per sequence and step (None: DEFAULT_DRAFT_TOKENS).
+    spec: str = "none"
+    max_draft_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.prefill_projections not in PREFILL_PROJECTIONS:
@@ -109,6 +118,26 @@ class CompileOptions:
         if self.kv_capacity < 0:
             raise OptionsError(f"--kv-capacity {self.kv_capacity} must be a positive number "
                                "of tokens, or 0 for auto")
+        if self.spec not in SPEC_KINDS:
+            raise OptionsError(f"--spec must be one of {', '.join(SPEC_KINDS)}, got "
+                               f"{self.spec!r}")
+        if self.max_draft_tokens is not None:
+            if self.spec == "none":
+                raise OptionsError("--max-draft-tokens sizes speculative decoding: give "
+                                   "--spec ngram (or mtp) with it")
+            if not 1 <= self.max_draft_tokens <= MAX_DRAFT_TOKENS:
+                raise OptionsError(f"--max-draft-tokens {self.max_draft_tokens} must be in "
+                                   f"[1, {MAX_DRAFT_TOKENS}]")
+        if self.spec == "mtp":
+            raise OptionsError("--spec mtp: the MTP draft head is not built yet (issue 16); "
+                               "--spec ngram drafts by prompt lookup and needs no weights")
+
+    @property
+    def draft_tokens(self) -> int:
+        """Drafts per sequence and step the programs are sized for (0: no speculation)."""
+        if self.spec == "none":
+            return 0
+        return self.max_draft_tokens or DEFAULT_DRAFT_TOKENS[self.spec]
 
     def with_checkpoint_weights(self, native: str) -> tuple[CompileOptions, str | None]:
         """`weights="auto"` resolved to `native` (the checkpoint's matmul dtype as a
@@ -127,6 +156,10 @@ class CompileOptions:
         """Raise OptionsError where an option does not suit `target`."""
         if self.prefill_projections == "coop" and not target.is_cuda:
             raise OptionsError("--prefill-projections coop needs a CUDA target")
+        if target.is_cuda and self.spec != "none":
+            raise OptionsError(f"--spec {self.spec}: speculative verification runs on the cpu "
+                               "target so far (the CUDA sampler draws one token per row and "
+                               "has no verify step yet); compile this target without --spec")
         if target.is_cuda and self.kv_dtype not in CUDA_KV_DTYPES:
             raise OptionsError(f"--kv-dtype {self.kv_dtype}: the CUDA attention reads "
                                f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "
@@ -147,7 +180,8 @@ class CompileOptions:
         return ServeLimits(context, chunk, max_concurrency=concurrency, gemv_max_rows=gemv_rows,
                            kv_capacity=self.kv_capacity, kv_dtype=self.kv_dtype,
                            gdn_prefill="chunked" if self.gdn_prefill == "chunked"
-                           else "recurrent")
+                           else "recurrent", spec=self.spec,  # type: ignore[arg-type]
+                           max_draft_tokens=self.draft_tokens)
 
     def limit_notes(self, max_positions: int) -> tuple[str, ...]:
         """What the compile says about each serve limit it chose (the ones not given)."""

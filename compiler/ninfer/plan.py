@@ -95,6 +95,16 @@ class ServeLimits:
     kv_dtype: str = "f16"  # storage format of the KV cache (ninfer.quantize.kv_formats)
     # a hybrid's Gated DeltaNet prefill: "recurrent" (row by row) or "chunked" (gdn_chunk)
     gdn_prefill: Literal["recurrent", "chunked"] = "recurrent"
+    # speculative decoding: each decoding sequence may bring up to max_draft_tokens drafts,
+    # so a step returns up to 1 + max_draft_tokens logits rows per sequence
+    spec: Literal["none", "ngram", "mtp"] = "none"
+    max_draft_tokens: int = 0
+
+    @property
+    def logit_rows(self) -> int:
+        """Most rows whose logits one step returns: one per sequence, 1 + drafts with
+        speculation (never more than the step's rows)."""
+        return min(self.prefill_chunk, self.max_concurrency * (1 + self.max_draft_tokens))
 
     def validate(self, graph: ModelGraph) -> None:
         cfg = graph.config
@@ -121,6 +131,9 @@ class ServeLimits:
             check_head_dim(self.kv_dtype, cfg.head_dim)
         except ValueError as e:
             raise PlanError(str(e)) from None
+        if (self.spec == "none") != (self.max_draft_tokens == 0):
+            raise PlanError(f"--spec {self.spec} with {self.max_draft_tokens} draft tokens: "
+                            "speculation needs at least one draft, and drafts need --spec")
         if self.kv_capacity and self.kv_capacity < self.max_context:
             raise PlanError(f"--kv-capacity {self.kv_capacity} tokens cannot hold one sequence "
                             f"of --max-context {self.max_context}; raise it or lower the "
@@ -277,6 +290,10 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     if limits.gdn_prefill == "chunked" and not hybrid:
         raise PlanError("--gdn-prefill chunked: this model has no Gated DeltaNet layers "
                         "(only the hybrid Qwen3.5 / Qwen3-Next families do)")
+    if hybrid and limits.spec != "none":
+        raise PlanError(f"--spec {limits.spec}: speculation on hybrid (Gated DeltaNet) models "
+                        "needs the recurrent state kept per draft position, which is not "
+                        "built yet; compile this model without --spec")
     attn_layers = len(hybrid.attention_layers) if hybrid else cfg.num_layers
     rotary = graph.rope_dims
 
@@ -308,7 +325,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     weights_bytes = sum(weight_bytes(w, weights, target) for w in graph.weights
                         if w.role != "mtp")
     weights_bytes += 2 * 4 * limits.max_context * (rotary // 2)  # rope tables
-    activation_bytes = 4 * (chunk * sum(buffers.values()) + conc * (h + v))
+    activation_bytes = 4 * (chunk * sum(buffers.values()) + limits.logit_rows * (h + v))
     sampler = (SamplerSpec(v, conc, conc * min(v, limits.max_context + SAMPLER_EXTRA_EDITS),
                            SAMPLER_TOP_LOGPROBS) if target.is_cuda else None)
     if sampler:  # the scratch rows, the edits, the masks
@@ -369,7 +386,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     }
     if sampler:  # CUDA samples on the device, after the LM head (kernels/cuda/sampler.py)
         kernels["sampler"] = sampler
-    if conc > limits.gemv_max_rows:
+    if limits.logit_rows > limits.gemv_max_rows:
         kernels["lm_head_gemm"] = _matmul(h, v, False, "gemm", "lm_head")
     for role, k, n, b in (("q", h, q_dim, bias), ("k", h, kv_dim, bias), ("v", h, kv_dim, bias),
                           ("o", q_dim, h, False), ("gate_up", h, 2 * inter, False),

@@ -9,6 +9,7 @@
 
 #include "engine/clock.h"
 #include "engine/engine_seq.h"
+#include "engine/ngram.h"
 #include "engine/stop_matcher.h"
 #include "observe/metrics.h"
 #include "observe/request_log.h"
@@ -58,16 +59,27 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
       max_context_(resolved_max_context(model.info(), options)), max_positions_(0),
       max_pending_requests_(options.max_pending_requests),
       pending_timeout_ms_(options.pending_timeout_ms),
-      max_decode_slowdown_(options.max_decode_slowdown), metrics_(options.metrics),
-      log_(options.request_log), clock_(options.clock ? *options.clock : steady_clock()),
-      sched_(sched_config_) {
+      max_decode_slowdown_(options.max_decode_slowdown), draft_tokens_(options.draft_tokens),
+      ngram_min_(options.ngram_min), ngram_max_(options.ngram_max), make_drafter_(options.drafter),
+      metrics_(options.metrics), log_(options.request_log),
+      clock_(options.clock ? *options.clock : steady_clock()), sched_(sched_config_) {
   const ModelInfo& info = model.info();
   max_positions_ = sched_.max_positions();
-  logits_.resize(static_cast<size_t>(info.max_concurrency) * info.vocab_size);
+  if (draft_tokens_ < 0 || draft_tokens_ > info.max_draft_tokens)
+    throw std::logic_error("engine options: " + std::to_string(draft_tokens_) +
+                           " draft tokens; the model was compiled for " +
+                           std::to_string(info.max_draft_tokens));
+  if (draft_tokens_ > 0) {
+    if (model.samples_on_device())
+      throw std::logic_error("engine options: speculative decoding verifies on the host");
+    NgramDrafter check(ngram_min_, ngram_max_);  // throws std::invalid_argument
+    if (metrics_) metrics_->enable_spec(draft_tokens_);
+  }
+  logits_.resize(static_cast<size_t>(info.logit_rows()) * info.vocab_size);
   tokens_.resize(info.prefill_chunk);
   positions_.resize(info.prefill_chunk);
   slots_.resize(info.prefill_chunk);
-  logit_rows_.resize(info.max_concurrency);
+  logit_rows_.resize(info.logit_rows());
   if (model.samples_on_device()) {
     sample_rows_.resize(info.max_concurrency);
     sample_edits_.resize(info.max_concurrency);
@@ -129,8 +141,16 @@ void Engine::loop() {
         const GenerationRequest& r = state->request;
         auto choices = std::make_shared<Choices>();
         auto lead = std::make_unique<Seq>(state, choices, 0, tokenizer_, r.max_tokens);
+        auto speculate = [&](Seq& s) {
+          if (draft_tokens_ == 0) return;
+          if (make_drafter_) s.drafter = make_drafter_(s.state->request, s.index);
+          else s.drafter = std::make_unique<NgramDrafter>(ngram_min_, ngram_max_);
+          s.drafter->extend(s.tokens);
+        };
+        speculate(*lead);
         for (int i = 1; i < r.n; ++i) {
           auto fork = std::make_unique<Seq>(state, choices, i, tokenizer_, r.max_tokens);
+          speculate(*fork);
           lead->forks.push_back(fork.get());
           seqs_.push_back(std::move(fork));
         }
@@ -155,6 +175,7 @@ void Engine::loop() {
       }
       continue;
     }
+    if (draft_tokens_ > 0) propose_drafts();
     StepPlan plan = sched_.plan(prefill_limit());
     const double now = clock_.now_ms();
     for (Sequence* p : plan.admitted) {
@@ -243,12 +264,14 @@ void Engine::run_step(StepPlan& plan) {
   const ModelInfo& info = model_.info();
   int row = 0, n_logits = 0;
   for (const Chunk& c : plan.chunks) {
+    const int real = c.count - c.drafts;  // rows of tokens; then the drafts after them
     for (int i = 0; i < c.count; ++i, ++row) {
-      tokens_[row] = c.seq->tokens[c.start + i];
+      tokens_[row] = i < real ? c.seq->tokens[c.start + i] : c.seq->drafts[i - real];
       positions_[row] = c.start + i;
       slots_[row] = c.seq->slot;
     }
-    if (c.logits) logit_rows_[n_logits++] = row - 1;
+    if (c.logits)  // the last token's row, and each draft's
+      for (int i = c.drafts; i >= 0; --i) logit_rows_[n_logits++] = row - 1 - i;
   }
   sched_.fill_block_tables(block_tables_.data());
   StepBatch batch;
@@ -295,8 +318,9 @@ void Engine::run_step(StepPlan& plan) {
   }
   {
     const double ms = clock_.now_ms() - t0;
-    int single = 0;  // decode rows (and last prompt tokens): one row per sequence
-    for (const Chunk& c : plan.chunks) single += c.count == 1;
+    int single = 0;  // decode rows with their drafts (and last prompt tokens)
+    for (const Chunk& c : plan.chunks)
+      if (c.count - c.drafts == 1) single += c.count;
     const int prompt_rows = plan.rows - single;
     auto ema = [](double& avg, double x) { avg = avg > 0 ? 0.75 * avg + 0.25 * x : x; };
     if (prompt_rows == 0) ema(decode_step_ms_, ms);
@@ -310,7 +334,16 @@ void Engine::run_step(StepPlan& plan) {
   for (const Chunk& c : plan.chunks) {
     if (!c.logits) continue;
     Seq& s = static_cast<Seq&>(*c.seq);
-    const int row = k++;
+    const int row = k;
+    k += 1 + c.drafts;
+    if (c.drafts > 0) {
+      try {
+        verify_drafts(s, row, now);  // may finish and destroy s
+      } catch (const std::exception& e) {
+        fail(s, e.what(), "", now);
+      }
+      continue;
+    }
     try {
       TokenLogprob lp;
       TokenLogprob* want = s.state->request.logprobs >= 0 ? &lp : nullptr;
@@ -379,6 +412,7 @@ bool Engine::on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now) 
     return true;
   }
   s.tokens.push_back(token);  // fed back in the next step
+  if (s.drafter) s.drafter->append(token);
   return false;
 }
 
@@ -403,6 +437,10 @@ void Engine::finish(Seq& s, const std::string& reason, double now) {
   t.queue_ms = (admitted ? s.t_admit : now) - s.state->submitted_ms;
   t.prompt_ms = admitted ? (first ? s.t_first : now) - s.t_admit : 0;
   t.predicted_ms = first ? now - s.t_first : 0;
+  if (draft_tokens_ > 0) {
+    t.draft_n = s.draft_n;
+    t.draft_accepted_n = s.draft_accepted_n;
+  }
   const double e2e_ms = now - s.state->submitted_ms;
   if (metrics_) {
     if (reason == "cancelled") {
@@ -429,6 +467,10 @@ void Engine::finish(Seq& s, const std::string& reason, double now) {
     }
     rec.e2e_ms = e2e_ms;
     rec.preemptions = s.preemptions;
+    if (draft_tokens_ > 0) {
+      rec.draft_tokens = s.draft_n;
+      rec.draft_accepted_tokens = s.draft_accepted_n;
+    }
     log_->write(rec);
   }
   GenerationEvent done;

@@ -17,11 +17,23 @@
 // runs as n sequences (its choices; the scheduler shares the prompt's KV blocks between
 // them), choice i seeded with seed + i: it gives the same choices as n requests with
 // seeds seed, seed + 1, ... would.
+//
+// Speculative decoding (EngineOptions::draft_tokens > 0, a model compiled with --spec
+// ngram): before each plan every decoding sequence proposes up to draft_tokens tokens by
+// prompt lookup (ngram.h) over its own prompt and output; the step computes them as extra
+// rows after its last token, with logits for each, and the engine verifies them in order
+// (Sampler::verify after the request's processors, exactly as a non-speculative step
+// would have processed each position): accepted drafts become tokens (their keys and
+// values are kept), the first rejected one is replaced by the verifier's token and the
+// rows after it are dropped (drop_rejected: their blocks leave the table); when all are
+// accepted the last row's logits give one more token. Greedy requests thus produce
+// exactly the tokens they would without speculation.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,6 +42,7 @@
 #include <vector>
 
 #include "engine/clock.h"
+#include "engine/drafter.h"
 #include "engine/request.h"
 #include "engine/sampling.h"
 #include "engine/scheduler.h"
@@ -55,6 +68,13 @@ struct EngineOptions {
   RequestLog* request_log = nullptr;  // optional
   // What the engine measures time with (clock.h); nullptr: steady_clock().
   const Clock* clock = nullptr;
+  // Speculative decoding: drafts per sequence and step (0: off; at most the compiled
+  // ModelInfo::max_draft_tokens), proposed by n-gram lookup of ngram_min..ngram_max tokens.
+  int draft_tokens = 0;
+  int ngram_min = 2;
+  int ngram_max = 4;
+  // Tests: another source of drafts for choice `index` of a request (empty: n-gram lookup).
+  std::function<std::unique_ptr<Drafter>(const GenerationRequest&, int index)> drafter;
 };
 
 class Engine {
@@ -84,7 +104,14 @@ class Engine {
   void run_step(StepPlan& plan);
   // The token chosen for s (and its logprobs when asked): accept it, send, stop or go on.
   bool on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now);  // true: finished
-  int32_t sample_host(Seq& s, float* logits, TokenLogprob* logprob);
+  // The host path over one logits row: processors, then a draw, or with `draft` the
+  // verification of that draft (*accepted says whether it was).
+  int32_t sample_host(Seq& s, float* logits, TokenLogprob* logprob, const int32_t* draft = nullptr,
+                      bool* accepted = nullptr);
+  void propose_drafts();
+  // Verifies s's drafts against logits rows [first, first + s.drafts.size()] and emits
+  // the tokens; true when s finished (and is gone).
+  bool verify_drafts(Seq& s, int first, double now);
   void process_logits(Seq& s, float* logits);
   void device_row(Seq& s, int k);  // fills sample_rows_[k]
   void send_pending(Seq& s, const std::string& text);
@@ -104,6 +131,9 @@ class Engine {
   int max_pending_requests_;
   double pending_timeout_ms_;
   double max_decode_slowdown_;
+  int draft_tokens_;
+  int ngram_min_, ngram_max_;
+  std::function<std::unique_ptr<Drafter>(const GenerationRequest&, int)> make_drafter_;
   Metrics* metrics_;
   RequestLog* log_;
   const Clock& clock_;

@@ -1,10 +1,12 @@
 // The Engine's sampling of a step's rows: the request's logits processors and Sampler on
 // the host, or the same as parameters of the device sampler's row.
+#include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "engine/engine.h"
 #include "engine/engine_seq.h"
+#include "observe/metrics.h"
 
 namespace ninfer {
 
@@ -68,7 +70,8 @@ void Engine::device_row(Seq& s, int k) {
 }
 
 // The host path: the processors, then the Sampler, over the step's row (in place).
-int32_t Engine::sample_host(Seq& s, float* logits, TokenLogprob* logprob) {
+int32_t Engine::sample_host(Seq& s, float* logits, TokenLogprob* logprob, const int32_t* draft,
+                            bool* accepted) {
   const GenerationRequest& req = s.state->request;
   const int vocab = model_.info().vocab_size;
   // Logprobs are the model's own (before the processors): keep the raw row if they will
@@ -77,12 +80,73 @@ int32_t Engine::sample_host(Seq& s, float* logits, TokenLogprob* logprob) {
                          req.sampling.has_penalties() || !s.constraints.empty();
   if (logprob && processed) raw_logits_.assign(logits, logits + vocab);
   process_logits(s, logits);
-  const int32_t token = s.sampler.sample(logits, vocab, req.sampling);
+  int32_t token;
+  if (draft) {
+    const DraftVerdict v = s.sampler.verify(logits, vocab, req.sampling, *draft);
+    token = v.token;
+    *accepted = v.accepted;
+  } else {
+    token = s.sampler.sample(logits, vocab, req.sampling);
+  }
   if (logprob) {
     const LogSoftmax lsm(processed ? raw_logits_.data() : logits, vocab);
     *logprob = {token, lsm.logprob(token), lsm.top(req.logprobs)};
   }
   return token;
+}
+
+// Each decoding sequence's drafts for the next plan: prompt lookup over its tokens, as
+// many as the request can still use (its max_tokens, the context and the block table).
+void Engine::propose_drafts() {
+  const int limit = std::min(max_context_, max_positions_);
+  for (auto& p : seqs_) {
+    Seq& s = *p;
+    s.drafts.clear();
+    if (!s.drafter || s.slot < 0 || s.shares || s.pending() != 1) continue;
+    const int room = std::min(
+        {draft_tokens_, s.max_tokens - s.generated - 1, limit - static_cast<int>(s.tokens.size())});
+    if (room > 0) s.drafts = s.drafter->propose(room);
+  }
+}
+
+// Logits row first + j follows s's token j - 1 of the step (j = 0: its last real token):
+// row j decides draft j (j < drafts), the last row gives the token after all of them.
+// Each row goes through the request's processors with the counts and constraint state of
+// the tokens accepted before it, as a step without speculation would have done.
+bool Engine::verify_drafts(Seq& s, int first, double now) {
+  const GenerationRequest& req = s.state->request;
+  const int vocab = model_.info().vocab_size;
+  const std::vector<int32_t> drafts = s.drafts;
+  const int d = static_cast<int>(drafts.size());
+  Metrics* metrics = metrics_;
+  int verified = 0, accepted = 0;  // drafts decided (not those after a finishing token)
+  for (int j = 0; j <= d; ++j) {
+    if (j > 0)  // the step's prepare() covered the first row
+      for (const auto& c : s.constraints) c->prepare();
+    TokenLogprob lp;
+    TokenLogprob* want = req.logprobs >= 0 ? &lp : nullptr;
+    bool ok = false;
+    const int32_t token = sample_host(s, logits_.data() + static_cast<size_t>(first + j) * vocab,
+                                      want, j < d ? &drafts[j] : nullptr, &ok);
+    const bool take = j < d && ok;
+    if (j < d) {
+      ++verified;
+      ++s.draft_n;
+    }
+    if (take) {
+      ++accepted;
+      ++s.draft_accepted_n;
+    }
+    if (on_token(s, token, want, now)) {  // finished: s is gone
+      if (metrics) metrics->observe_drafts(verified, accepted);
+      return true;
+    }
+    if (!take) break;
+    sched_.accept_draft(&s);
+  }
+  if (metrics) metrics->observe_drafts(verified, accepted);
+  sched_.drop_rejected(&s);
+  return false;
 }
 
 // The logits processors of the request (sampling.h: min_tokens, logit_bias, penalties;

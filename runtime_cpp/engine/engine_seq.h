@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/ngram.h"
 #include "engine/stop_matcher.h"
 
 namespace ninfer {
@@ -41,6 +42,10 @@ struct Engine::Seq : Sequence {
   std::vector<int32_t> pending_tokens;  // sampled, not yet sent (held by the stop matcher)
   std::vector<TokenLogprob> pending_logprobs;
   double t_admit = -1, t_first = -1, t_last = -1;
+  // Speculative decoding: the prompt-lookup index of `tokens` (null when off) and how
+  // many drafts were verified and accepted.
+  std::unique_ptr<Drafter> drafter;
+  int draft_n = 0, draft_accepted_n = 0;
 
   int prompt_n() const { return static_cast<int>(state->request.prompt.size()); }
 };

@@ -41,6 +41,14 @@ void KvBlocks::release(std::vector<int32_t>& blocks) {
   blocks.clear();
 }
 
+void KvBlocks::shrink(std::vector<int32_t>& blocks, int tokens) {
+  const size_t keep = static_cast<size_t>(std::max(0, blocks_for(tokens)));
+  if (blocks.size() <= keep) return;
+  std::vector<int32_t> tail(blocks.begin() + static_cast<std::ptrdiff_t>(keep), blocks.end());
+  blocks.resize(keep);
+  release(tail);
+}
+
 void KvBlocks::share(const std::vector<int32_t>& from, int count, std::vector<int32_t>& to) {
   if (count < 0 || count > static_cast<int>(from.size()))
     throw std::logic_error("sharing " + std::to_string(count) + " KV blocks of a sequence that " +

@@ -28,6 +28,9 @@ class KvBlocks {
   bool grow(std::vector<int32_t>& blocks, int tokens);
   // Appends the first `count` blocks of `from` to `to`, one more reference each.
   void share(const std::vector<int32_t>& from, int count, std::vector<int32_t>& to);
+  // Drops the blocks of `blocks` past those that cover `tokens` positions (one reference
+  // each): what speculative decoding's rejected draft rows leave behind.
+  void shrink(std::vector<int32_t>& blocks, int tokens);
   // Drops one reference to every block of `blocks` (a block returns to the pool with its
   // last) and clears it.
   void release(std::vector<int32_t>& blocks);

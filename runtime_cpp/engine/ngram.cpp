@@ -35,10 +35,6 @@ void NgramDrafter::append(int32_t token) {
     first_.emplace(hash(end - n, n), static_cast<uint32_t>(end - n));  // keeps the first
 }
 
-void NgramDrafter::extend(const std::vector<int32_t>& tokens) {
-  for (int32_t t : tokens) append(t);
-}
-
 std::vector<int32_t> NgramDrafter::propose(int k) const {
   const size_t len = tokens_.size();
   if (k <= 0) return {};

@@ -16,16 +16,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/drafter.h"
+
 namespace ninfer {
 
-class NgramDrafter {
+class NgramDrafter : public Drafter {
  public:
   // 1 <= min_n <= max_n; throws std::invalid_argument otherwise.
   NgramDrafter(int min_n, int max_n);
-  void append(int32_t token);
-  void extend(const std::vector<int32_t>& tokens);
+  void append(int32_t token) override;
   // Up to k draft tokens (k >= 0) for the position after the last token.
-  std::vector<int32_t> propose(int k) const;
+  std::vector<int32_t> propose(int k) const override;
   size_t size() const { return tokens_.size(); }
 
  private:

@@ -46,6 +46,9 @@ struct Timings {
   int predicted_n = 0;
   double predicted_ms = 0;  // first token -> finished
   double queue_ms = 0;      // submitted -> first admitted
+  // Speculative decoding (-1: off for this server): draft tokens verified, and accepted.
+  int draft_n = -1;
+  int draft_accepted_n = 0;
 };
 
 struct GenerationEvent {

@@ -177,6 +177,19 @@ StepPlan Scheduler::plan(int prefill_limit) {
     if (!self_preempted) add_chunk(s, 1);
   }
 
+  // 1b. Speculation: the decode rows' drafts, in the same order, as far as the budget and
+  // free blocks go (drafts never preempt anything).
+  for (Chunk& c : plan.chunks) {
+    Sequence* s = c.seq;
+    int d = std::min(static_cast<int>(s->drafts.size()), budget);
+    while (d > 0 && !kv_.grow(s->blocks, static_cast<int>(s->tokens.size()) + d)) --d;
+    s->drafts.resize(d);
+    c.count += d;
+    c.drafts = d;
+    plan.rows += d;
+    budget -= d;
+  }
+
   // Decode rows keep their pace: prompt rows are capped while anything decodes (to no
   // fewer than the alignment, which the oldest prompt needs to progress).
   if (plan.rows > 0 && prefill_limit < budget)
@@ -243,9 +256,20 @@ StepPlan Scheduler::plan(int prefill_limit) {
 
 void Scheduler::commit(const StepPlan& plan) {
   for (const Chunk& c : plan.chunks) {
-    c.seq->num_computed += c.count;
+    c.seq->num_computed += c.count - c.drafts;
     c.seq->last_step = step_;
   }
+}
+
+void Scheduler::accept_draft(Sequence* seq) {
+  if (seq->num_computed >= static_cast<int>(seq->tokens.size()))
+    throw std::logic_error("accept_draft: the accepted draft is not among the tokens");
+  ++seq->num_computed;
+}
+
+void Scheduler::drop_rejected(Sequence* seq) {
+  seq->drafts.clear();
+  if (seq->slot >= 0) kv_.shrink(seq->blocks, static_cast<int>(seq->tokens.size()));
 }
 
 void Scheduler::fill_block_tables(int32_t* tables) const {

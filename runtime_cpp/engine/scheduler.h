@@ -46,15 +46,23 @@ struct Sequence {
   // it gets no rows, and `blocks` holds only its own blocks (for positions share_len..).
   Sequence* shares = nullptr;
   int share_len = 0;
+  // Speculative decoding: tokens proposed for the positions after `tokens` (set by the
+  // engine before plan(); a decode row brings as many of them as the step has room and KV
+  // blocks for, and plan() cuts this to those). They are not part of `tokens` until the
+  // model's verification accepts them.
+  std::vector<int32_t> drafts;
   int pending() const { return static_cast<int>(tokens.size()) - num_computed; }
 };
 
-// Rows tokens[start, start+count) of `seq` at positions start.., in slot seq->slot.
+// Rows tokens[start, start+count) of `seq` at positions start.., in slot seq->slot. A
+// decode chunk with drafts: its last `drafts` rows are seq->drafts (positions
+// tokens.size()..), and every row of it returns logits (the verification).
 struct Chunk {
   Sequence* seq = nullptr;
   int start = 0;
   int count = 0;
   bool logits = false;  // the chunk ends at the sequence's last token: sample after it
+  int drafts = 0;
 };
 
 struct StepPlan {
@@ -94,8 +102,16 @@ class Scheduler {
   // `prefill_limit` caps the prompt rows of a step that also has decode rows (at least
   // one prompt row still goes in, so prefill always progresses).
   StepPlan plan(int prefill_limit = std::numeric_limits<int>::max());
-  // Records that the planned rows were computed (call after the model step).
+  // Records that the planned rows were computed (call after the model step). Draft rows
+  // are not counted: the engine counts the accepted ones (accept_draft) and then calls
+  // drop_rejected.
   void commit(const StepPlan& plan);
+  // A draft of `seq`'s last step was accepted: it is now seq->tokens' next token, and
+  // its key/value (computed in that step) is kept.
+  void accept_draft(Sequence* seq);
+  // Releases the KV blocks past those seq->tokens needs (rejected drafts' rows) and
+  // clears seq->drafts.
+  void drop_rejected(Sequence* seq);
   // [table_rows x blocks_per_seq] block ids of the running sequences, by slot.
   void fill_block_tables(int32_t* tables) const;
 

@@ -44,6 +44,14 @@ struct ModelInfo {
   // kernel cuts segments at multiples of its chunk) gets the same bits from every
   // schedule when the cuts are there. 1: any cut.
   int prefill_align = 1;
+  // Rows whose logits one step may return (StepBatch::n_logits): max_concurrency, or with
+  // speculative decoding max_concurrency x (1 + max_draft_tokens), at most prefill_chunk.
+  int max_logit_rows = 0;
+  // Speculative decoding the model was compiled for: "none", "ngram" (drafts proposed on
+  // the host), "mtp"; a sequence brings up to max_draft_tokens drafts to a step.
+  std::string spec = "none";
+  int max_draft_tokens = 0;
+  int logit_rows() const { return max_logit_rows > 0 ? max_logit_rows : max_concurrency; }
 };
 
 // One step. Rows of one sequence should be contiguous with consecutive positions.
@@ -57,7 +65,7 @@ struct StepBatch {
   // shared prompt blocks of a request's choices); no row of the step writes into such a
   // block, so shared blocks are only read.
   const int32_t* block_tables = nullptr;
-  int n_logits = 0;                     // rows whose logits are returned, 0..max_concurrency
+  int n_logits = 0;                     // rows whose logits are returned, 0..max_logit_rows
   const int32_t* logit_rows = nullptr;  // [n_logits] row indices into this step
 };
 

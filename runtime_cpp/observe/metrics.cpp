@@ -173,6 +173,37 @@ void Metrics::observe_prefill(double s) { observe("ninfer:request_prefill_time_s
 void Metrics::observe_decode(double s) { observe("ninfer:request_decode_time_seconds", s); }
 void Metrics::observe_step_rows(int rows) { observe("ninfer:iteration_tokens_total", rows); }
 
+void Metrics::enable_spec(int max_drafts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Family& f : families_)
+    if (f.name == "ninfer:spec_decode_num_drafts_total") return;
+  auto counter = [&](const char* name, const char* help, const char* label, int values) {
+    Family f;
+    f.name = name;
+    f.type = "counter";
+    f.help = help;
+    f.label = label;
+    if (values == 0) f.values[""] = 0;
+    for (int i = 0; i < values; ++i) f.values[std::to_string(i)] = 0;
+    families_.push_back(std::move(f));
+  };
+  counter("ninfer:spec_decode_num_drafts_total", "Number of spec decoding drafts.", "", 0);
+  counter("ninfer:spec_decode_num_draft_tokens_total", "Number of draft tokens.", "", 0);
+  counter("ninfer:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", "", 0);
+  counter("ninfer:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+          "position", max_drafts);
+}
+
+void Metrics::observe_drafts(int drafts, int accepted) {
+  if (drafts <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  family("ninfer:spec_decode_num_drafts_total").values[""] += 1;
+  family("ninfer:spec_decode_num_draft_tokens_total").values[""] += drafts;
+  family("ninfer:spec_decode_num_accepted_tokens_total").values[""] += accepted;
+  Family& per_pos = family("ninfer:spec_decode_num_accepted_tokens_per_pos");
+  for (int i = 0; i < accepted; ++i) per_pos.values[std::to_string(i)] += 1;
+}
+
 std::string Metrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;

@@ -22,6 +22,12 @@
 //   ninfer:request_prefill_time_seconds    histogram  admitted -> first token
 //   ninfer:request_decode_time_seconds     histogram  first token -> finished
 //   ninfer:iteration_tokens_total          histogram  rows per engine step
+// With speculative decoding (enable_spec; vLLM's spec_decode_* names):
+//   ninfer:spec_decode_num_drafts_total              counter  draft proposals verified
+//                                                             (a sequence's drafts in a step)
+//   ninfer:spec_decode_num_draft_tokens_total        counter  draft tokens verified
+//   ninfer:spec_decode_num_accepted_tokens_total     counter  draft tokens accepted
+//   ninfer:spec_decode_num_accepted_tokens_per_pos{position="0".."K-1"}  counter
 #pragma once
 
 #include <cstdint>
@@ -53,6 +59,10 @@ class Metrics {
   void observe_prefill(double seconds);
   void observe_decode(double seconds);
   void observe_step_rows(int rows);
+  // Speculative decoding with up to `max_drafts` drafts per proposal: its counters appear.
+  void enable_spec(int max_drafts);
+  // One proposal of `drafts` tokens of which the first `accepted` were accepted.
+  void observe_drafts(int drafts, int accepted);
 
   std::string render() const;  // text format 0.0.4
   static const char* content_type() { return "text/plain; version=0.0.4; charset=utf-8"; }

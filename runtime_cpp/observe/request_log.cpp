@@ -41,6 +41,8 @@ std::string RequestLog::to_json_line(const RequestRecord& r) {
   ms("ttft_ms", r.ttft_ms);
   ms("e2e_ms", r.e2e_ms);
   if (r.preemptions) j["preemptions"] = *r.preemptions;
+  if (r.draft_tokens) j["draft_tokens"] = *r.draft_tokens;
+  if (r.draft_accepted_tokens) j["draft_accepted_tokens"] = *r.draft_accepted_tokens;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

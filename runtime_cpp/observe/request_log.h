@@ -8,7 +8,9 @@
 //              "kv_capacity" | "pending_timeout"), error (the message sent)
 // Every line has "event", "id", "time" (Unix seconds), "prompt_tokens", "max_tokens";
 // after start also "generated_tokens", "queue_ms", "prefill_ms", "decode_ms", "ttft_ms",
-// "e2e_ms", "preemptions" (prefill_ms/ttft_ms/decode_ms only once a token exists).
+// "e2e_ms", "preemptions" (prefill_ms/ttft_ms/decode_ms only once a token exists); with
+// speculative decoding, done and cancelled lines have "draft_tokens" (verified) and
+// "draft_accepted_tokens".
 #pragma once
 
 #include <cstdio>
@@ -26,9 +28,10 @@ struct RequestRecord {
   std::optional<int> generated_tokens;
   std::optional<double> queue_ms, prefill_ms, decode_ms, ttft_ms, e2e_ms;
   std::optional<int> preemptions;
-  std::string finish_reason;  // done
-  std::string reason;         // rejected
-  std::string error;          // error, rejected
+  std::optional<int> draft_tokens, draft_accepted_tokens;  // speculative decoding
+  std::string finish_reason;                               // done
+  std::string reason;                                      // rejected
+  std::string error;                                       // error, rejected
 };
 
 class RequestLog {

@@ -156,13 +156,18 @@ json usage_json(const Timings& t) {
 
 json timings_json(const Timings& t) {
   auto per_s = [](int n, double ms) { return ms > 0 ? 1000.0 * n / ms : 0.0; };
-  return {{"queue_ms", t.queue_ms},
-          {"prompt_n", t.prompt_n},
-          {"prompt_ms", t.prompt_ms},
-          {"prompt_per_second", per_s(t.prompt_n, t.prompt_ms)},
-          {"predicted_n", t.predicted_n},
-          {"predicted_ms", t.predicted_ms},
-          {"predicted_per_second", per_s(t.predicted_n, t.predicted_ms)}};
+  json j = {{"queue_ms", t.queue_ms},
+            {"prompt_n", t.prompt_n},
+            {"prompt_ms", t.prompt_ms},
+            {"prompt_per_second", per_s(t.prompt_n, t.prompt_ms)},
+            {"predicted_n", t.predicted_n},
+            {"predicted_ms", t.predicted_ms},
+            {"predicted_per_second", per_s(t.predicted_n, t.predicted_ms)}};
+  if (t.draft_n >= 0) {  // speculative decoding: what was proposed and accepted
+    j["draft_n"] = t.draft_n;
+    j["draft_accepted_n"] = t.draft_accepted_n;
+  }
+  return j;
 }
 
 json completion_response(const ResponseContext& ctx, const std::string& text,

@@ -36,6 +36,8 @@ const char* const kUsage =
     "                     [--reasoning-parser NAME] [--tool-call-parser NAME]\n"
     "                     [--reasoning-budget N]\n"
     "                     [--served-model-name NAME [NAME ...]] [--api-key KEY]\n"
+    "                     [--spec none|ngram] [--draft-tokens K]\n"
+    "                     [--ngram-min N] [--ngram-max N]\n"
     "  --port 0 picks a free port and prints it.\n"
     "  --threads N               CPU: worker threads (default: one per core)\n"
     "  --max-context N           tokens per request, prompt and reply (default and\n"
@@ -70,6 +72,15 @@ const char* const kUsage =
     "                            compiled id); more names are accepted as aliases\n"
     "  --api-key KEY             every route but /health needs 'Authorization: Bearer KEY'\n"
     "                            or 'x-api-key: KEY' (default: $NINFER_API_KEY, else none)\n"
+    "  --spec none|ngram         speculative decoding (default: what the model was compiled\n"
+    "                            for with ninfer-compile --spec; none turns it off). ngram:\n"
+    "                            each decoding request proposes the tokens that followed an\n"
+    "                            earlier occurrence of its last n tokens (prompt and output),\n"
+    "                            verified in one step; outputs are those of plain decoding\n"
+    "  --draft-tokens K          drafts per request and step (default and maximum: the\n"
+    "                            compiled --max-draft-tokens)\n"
+    "  --ngram-min N, --ngram-max N  n-gram sizes the lookup matches, longest first\n"
+    "                            (default 2 and 4)\n"
     "  GET /metrics serves Prometheus metrics.\n";
 
 Options parse_options(int argc, char** argv) {
@@ -152,6 +163,13 @@ Options parse_options(int argc, char** argv) {
       while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
         o.served_model_names.push_back(argv[++i]);
     } else if (a == "--render-chat-template") o.render_chat_template = value(i);
+    else if (a == "--spec") {
+      o.spec = value(i);
+      if (o.spec != "none" && o.spec != "ngram" && o.spec != "mtp")
+        throw std::invalid_argument("--spec expects none, ngram or mtp, got '" + o.spec + "'");
+    } else if (a == "--draft-tokens") o.draft_tokens = positive(i);
+    else if (a == "--ngram-min") o.ngram_min = positive(i);
+    else if (a == "--ngram-max") o.ngram_max = positive(i);
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);
@@ -187,6 +205,33 @@ EngineOptions resolve(const Options& o, const ModelInfo& compiled) {
   eo.max_pending_requests = o.max_pending_requests;
   eo.pending_timeout_ms = o.pending_timeout_ms;
   eo.max_decode_slowdown = o.max_decode_slowdown;
+  const std::string spec = o.spec.empty() ? compiled.spec : o.spec;
+  if (spec != "none") {
+    if (spec != compiled.spec)
+      throw std::invalid_argument(
+          "--spec " + spec + ": the model was compiled " +
+          (compiled.spec == "none" ? std::string("without speculative decoding")
+                                   : "for --spec " + compiled.spec) +
+          "; recompile with ninfer-compile --spec " + spec + " or pass --spec " +
+          (compiled.spec == "none" ? std::string("none") : compiled.spec + " or none"));
+    if (spec != "ngram")
+      throw std::invalid_argument("--spec " + spec + ": only ngram drafts are served so far");
+    check_compiled(o.draft_tokens, compiled.max_draft_tokens, "--draft-tokens",
+                   "--max-draft-tokens");
+    eo.draft_tokens = o.draft_tokens > 0 ? o.draft_tokens : compiled.max_draft_tokens;
+    if (o.ngram_min > 0) eo.ngram_min = o.ngram_min;
+    if (o.ngram_max > 0) eo.ngram_max = o.ngram_max;
+    if (o.ngram_max == 0 && eo.ngram_min > eo.ngram_max) eo.ngram_max = eo.ngram_min;
+    if (eo.ngram_min > eo.ngram_max)
+      throw std::invalid_argument("--ngram-min " + std::to_string(eo.ngram_min) +
+                                  " exceeds --ngram-max " + std::to_string(eo.ngram_max));
+  } else if (o.draft_tokens > 0 || o.ngram_min > 0 || o.ngram_max > 0) {
+    throw std::invalid_argument(
+        std::string(o.draft_tokens > 0 ? "--draft-tokens" : "--ngram-min/--ngram-max") +
+        " needs speculative decoding: " +
+        (compiled.spec == "none" ? "the model was compiled without it (ninfer-compile --spec ngram)"
+                                 : "--spec none turned it off"));
+  }
   return eo;
 }
 

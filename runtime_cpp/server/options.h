@@ -41,6 +41,11 @@ struct Options {
   // compiled model id.
   std::vector<std::string> served_model_names;
   std::string api_key;  // empty: no key needed (--api-key, else NINFER_API_KEY)
+  // Speculative decoding: "" = what the model was compiled for (--spec at compile time),
+  // "none" = off, or the compiled kind again; draft tokens 0 = the compiled maximum.
+  std::string spec;
+  int draft_tokens = 0;
+  int ngram_min = 0, ngram_max = 0;  // 0: the engine's defaults (2 and 4)
   // Hidden: render the JSON lines of FILE ({"template", "context"}) through the compiled chat
   // templates and exit (ninfer-compile's check against jinja2; needs no artifact).
   std::string render_chat_template;

@@ -202,8 +202,13 @@ struct ChoiceOut {
 Timings request_timings(const std::vector<ChoiceOut>& choices) {
   Timings t = choices[0].timings;
   t.predicted_n = 0;
+  if (t.draft_n >= 0) t.draft_n = t.draft_accepted_n = 0;
   for (const ChoiceOut& c : choices) {
     t.predicted_n += c.timings.predicted_n;
+    if (t.draft_n >= 0 && c.timings.draft_n >= 0) {
+      t.draft_n += c.timings.draft_n;
+      t.draft_accepted_n += c.timings.draft_accepted_n;
+    }
     t.predicted_ms = std::max(t.predicted_ms, c.timings.predicted_ms);
   }
   return t;

@@ -121,6 +121,13 @@ class FakeModel : public Model {
     pool_.assign(static_cast<size_t>(kv_blocks) * block_size, {-1, -1});
   }
   const ModelInfo& info() const override { return info_; }
+  // Compiled for n-gram speculation with up to `max_draft_tokens` drafts per sequence.
+  void set_spec(int max_draft_tokens) {
+    info_.spec = "ngram";
+    info_.max_draft_tokens = max_draft_tokens;
+    info_.max_logit_rows =
+        std::min(info_.prefill_chunk, info_.max_concurrency * (1 + max_draft_tokens));
+  }
 
   void step(const StepBatch& b, float* logits) override {
     if (gate_) gate_->pass();
@@ -128,7 +135,7 @@ class FakeModel : public Model {
       throw std::runtime_error("device lost");
     const ModelInfo& i = info_;
     CHECK(b.n >= 1 && b.n <= i.prefill_chunk);
-    CHECK(b.n_logits >= 0 && b.n_logits <= i.max_concurrency);
+    CHECK(b.n_logits >= 0 && b.n_logits <= i.logit_rows());
     // A slot lists a block once; a block may be in several slots' tables (shared: a
     // request's choices share their prompt's blocks), but then no row writes into it.
     std::map<int32_t, int> holders;

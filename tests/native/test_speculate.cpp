@@ -6,16 +6,30 @@
 // drawn from a draft distribution q (as a draft model's are), after temperature, top_p,
 // top_k, min_p and the penalties, 100,000 verifications each (sampling_stats.h's
 // chi-square), and a certain draft is accepted at the rate p(draft).
+//
+// And the engine's speculative decoding against the fake model (whose logits depend on
+// every token the KV pool holds for the row's sequence, so a draft row whose key/value
+// survived a rejection, or a token fed at the wrong position, changes what follows):
+// greedy outputs are those of plain decoding with n-gram, random and oracle drafts, at
+// every concurrency, in a tight pool that preempts, with sequences of zero drafts beside
+// others; drafts taken from the plain output are all accepted and save steps; a request
+// cancelled while its verify step runs ends cleanly; a soak of a thousand requests leaves
+// no KV block behind.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/ngram.h"
 #include "engine/sampling.h"
 #include "harness.h"
+#include "observe/metrics.h"
 #include "sampling_stats.h"
 
 namespace ninfer::fake {
@@ -162,11 +176,283 @@ void test_verify() {
   }
 }
 
+// Proposes the next tokens of `ref` (a sequence's prompt and its plain output) while what
+// was appended is a prefix of it; nothing once they diverge.
+class OracleDrafter : public Drafter {
+ public:
+  explicit OracleDrafter(std::vector<int32_t> ref) : ref_(std::move(ref)) {}
+  void append(int32_t t) override {
+    on_track_ = on_track_ && n_ < ref_.size() && ref_[n_] == t;
+    ++n_;
+  }
+  std::vector<int32_t> propose(int k) const override {
+    if (!on_track_ || n_ >= ref_.size()) return {};
+    return {ref_.begin() + static_cast<std::ptrdiff_t>(n_),
+            ref_.begin() + static_cast<std::ptrdiff_t>(std::min(ref_.size(), n_ + k))};
+  }
+
+ private:
+  std::vector<int32_t> ref_;
+  size_t n_ = 0;
+  bool on_track_ = true;
+};
+
+// 0..k random tokens (0 about a third of the time; `always`: k of them): rejected almost
+// always.
+class RandomDrafter : public Drafter {
+ public:
+  explicit RandomDrafter(uint64_t seed, bool always = false) : rng_(seed), always_(always) {}
+  void append(int32_t) override {}
+  std::vector<int32_t> propose(int k) const override {
+    const int n = always_ ? k : static_cast<int>(rng_() % 3 == 0 ? 0 : rng_() % (k + 1));
+    std::vector<int32_t> d(n);
+    for (int32_t& t : d) t = static_cast<int32_t>(rng_() % kVocab);
+    return d;
+  }
+
+ private:
+  mutable std::mt19937_64 rng_;
+  bool always_;
+};
+
+// Greedy requests whose prompts repeat themselves (so n-gram lookup finds matches), of
+// mixed lengths, some ended by EOS, one by a stop string, the others by length.
+std::vector<GenerationRequest> greedy_workload(int count, uint32_t seed) {
+  std::vector<GenerationRequest> reqs;
+  std::mt19937 rng(seed);
+  for (int i = 0; i < count; ++i) {
+    GenerationRequest r;
+    r.id = "spec-" + std::to_string(i);
+    const int motif = 2 + rng() % 5, reps = 1 + rng() % 5;
+    std::vector<int32_t> m(motif);
+    for (int32_t& t : m) t = rng() % 26;
+    for (int k = 0; k < reps; ++k) r.prompt.insert(r.prompt.end(), m.begin(), m.end());
+    r.max_tokens = 1 + rng() % 30;
+    r.sampling.temperature = 0;
+    r.ignore_eos = i % 3 != 0;
+    if (i % 7 == 3) r.stop = {"k"};
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+std::vector<Outcome> run_together(Engine& engine, const std::vector<GenerationRequest>& reqs) {
+  std::vector<std::shared_ptr<RequestState>> states;
+  for (const auto& r : reqs) states.push_back(engine.submit(r));
+  std::vector<Outcome> out(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    threads.emplace_back([&, i] { out[i] = collect(*states[i]); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// The reference: each request alone, without speculation.
+std::vector<Outcome> plain(const std::vector<GenerationRequest>& reqs, const Tokenizer& tok) {
+  FakeModel model(4, 16, 1 + 4 * 16, 4, 64);
+  EngineOptions o;
+  o.max_concurrency = 1;
+  Engine engine(model, tok, {kEos}, o);
+  std::vector<Outcome> out;
+  for (const auto& r : reqs) out.push_back(collect(*engine.submit(r)));
+  return out;
+}
+
+void check_same(const std::vector<Outcome>& want, const std::vector<Outcome>& got,
+                const std::string& what) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!(got[i] == want[i]))
+      fail(what + ": request " + std::to_string(i) + " gives '" + got[i].text + "' (" +
+           got[i].finish + ") " + got[i].error + ", plain decoding '" + want[i].text + "' (" +
+           want[i].finish + ")");
+    CHECK(got[i].timings.predicted_n == want[i].timings.predicted_n);
+  }
+}
+
+void test_greedy_identical() {
+  const Tokenizer tok = letters_tokenizer();
+  const auto reqs = greedy_workload(16, 5);
+  const std::vector<Outcome> want = plain(reqs, tok);
+  // The prompt and plain output of each request, with the EOS that ended it.
+  std::vector<std::vector<int32_t>> refs;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    std::vector<int32_t> ref = reqs[i].prompt;
+    ref.insert(ref.end(), want[i].tokens.begin(), want[i].tokens.end());
+    if (want[i].timings.predicted_n > static_cast<int>(want[i].tokens.size())) ref.push_back(kEos);
+    refs.push_back(ref);
+  }
+  enum class Source { kNgram, kRandom, kOracle };
+  const std::vector<Regime> regimes = {
+      {1, 16, 1 + 4 * 16, 4, false},                                 // one at a time
+      {2, 16, 1 + 4 * 16, 4, false}, {4, 16, 1 + 4 * 16, 4, false},  // every slot
+      {4, 7, 1 + 4 * 16, 4, false},  // a step too small for every draft
+      {3, 9, 1 + 16, 4, true},       // tight pool: preemptions, drafts cut to free blocks
+  };
+  for (Source src : {Source::kNgram, Source::kRandom, Source::kOracle}) {
+    const char* name = src == Source::kNgram    ? "ngram"
+                       : src == Source::kRandom ? "random"
+                                                : "oracle";
+    for (const Regime& g : regimes) {
+      FakeModel model(4, 16, g.kv_blocks, g.block_size, 64);
+      model.set_spec(4);
+      Metrics metrics;
+      EngineOptions o = regime_options(g, &metrics);
+      o.draft_tokens = 4;
+      if (src == Source::kRandom)
+        o.drafter = [](const GenerationRequest& r, int) {
+          return std::make_unique<RandomDrafter>(std::hash<std::string>()(r.id));
+        };
+      if (src == Source::kOracle)
+        o.drafter = [&](const GenerationRequest& r, int) {
+          return std::make_unique<OracleDrafter>(refs[std::stoi(r.id.substr(5))]);
+        };
+      std::vector<Outcome> got;
+      {
+        Engine engine(model, tok, {kEos}, o);
+        got = run_together(engine, reqs);
+      }
+      const std::string what = std::string(name) + " drafts, concurrency " +
+                               std::to_string(g.concurrency) + ", chunk " +
+                               std::to_string(g.prefill_chunk);
+      check_same(want, got, what);
+      const std::string text = metrics.render();
+      CHECK(metric(text, "ninfer:kv_blocks_used") == 0);
+      CHECK(model.max_rows_.load() <= g.prefill_chunk);
+      if (g.expect_preemption) CHECK(metric(text, "ninfer:num_preemptions_total") > 0);
+      const double drafted = metric(text, "ninfer:spec_decode_num_draft_tokens_total");
+      const double accepted = metric(text, "ninfer:spec_decode_num_accepted_tokens_total");
+      int drafted_req = 0, accepted_req = 0;
+      for (const Outcome& out : got) {
+        CHECK(out.timings.draft_n >= out.timings.draft_accepted_n);
+        drafted_req += out.timings.draft_n;
+        accepted_req += out.timings.draft_accepted_n;
+      }
+      CHECK(drafted == drafted_req && accepted == accepted_req);
+      CHECK(drafted > 0);  // the path ran
+      if (src == Source::kOracle) {
+        // Drafts from the plain output are all accepted, and save steps.
+        if (accepted != drafted)
+          fail(what + ": " + std::to_string(accepted) + " of " + std::to_string(drafted) +
+               " oracle drafts accepted");
+        CHECK(metric(text, "ninfer:spec_decode_num_accepted_tokens_per_pos{position=\"3\"}") > 0);
+      }
+      if (src == Source::kRandom) CHECK(accepted < drafted);
+    }
+  }
+  // The oracle's saving, in steps: one request alone, plain and with all drafts accepted.
+  GenerationRequest r = reqs[1];
+  r.max_tokens = 30;
+  r.ignore_eos = true;
+  r.stop.clear();
+  const std::vector<Outcome> one = plain({r}, tok);
+  std::vector<int32_t> ref = r.prompt;
+  ref.insert(ref.end(), one[0].tokens.begin(), one[0].tokens.end());
+  FakeModel model(4, 16, 1 + 4 * 16, 4, 64);
+  model.set_spec(4);
+  EngineOptions o;
+  o.draft_tokens = 4;
+  o.drafter = [&](const GenerationRequest&, int) { return std::make_unique<OracleDrafter>(ref); };
+  {
+    Engine engine(model, tok, {kEos}, o);
+    CHECK(collect(*engine.submit(r)) == one[0]);
+  }
+  // the prompt step gives a token, then each step 1 + 4 tokens: 1 + ceil(29 / 5) steps
+  CHECK(model.steps_.load() == 1 + (29 + 4) / 5);
+}
+
+// Cancelled while the model runs a step that verifies its drafts: the step's tokens are
+// still sent, then the request ends "cancelled" with its blocks freed.
+void test_cancel_in_verify() {
+  const Tokenizer tok = letters_tokenizer();
+  FakeModel model(2, 16, 1 + 2 * 16, 4, 64);
+  model.set_spec(3);
+  Gate gate;
+  model.set_gate(&gate);
+  Metrics metrics;
+  EngineOptions o;
+  o.metrics = &metrics;
+  o.draft_tokens = 3;
+  o.drafter = [](const GenerationRequest&, int) {
+    return std::make_unique<RandomDrafter>(9, /*always=*/true);
+  };
+  {
+    Engine engine(model, tok, {kEos}, o);
+    GenerationRequest r;
+    r.id = "cancel";
+    r.prompt = {1, 2, 3};
+    r.max_tokens = 50;
+    r.ignore_eos = true;
+    auto st = engine.submit(r);
+    gate.allow(6);
+    gate.wait_held();  // inside step 7
+    std::vector<FakeModel::StepRows> h = model.history();
+    CHECK(h.size() == 6);
+    st->cancel();
+    gate.open();
+    const Outcome out = collect(*st);
+    CHECK(out.finish == "cancelled" && out.error.empty());
+    CHECK(out.timings.draft_n > 0);
+    h = model.history();
+    CHECK(h.size() == 7 && h[6].seqs == 1 && h[6].rows == 4);  // step 7 verified 3 drafts
+  }
+  CHECK(metric(metrics.render(), "ninfer:kv_blocks_used") == 0);
+}
+
+// Two to four streams at once, a thousand requests of mixed lengths and sampling, n-gram
+// drafts, some cancelled mid-way: nothing fails and no block is left behind.
+void test_soak() {
+  const Tokenizer tok = letters_tokenizer();
+  FakeModel model(4, 12, 1 + 24, 4, 64);
+  model.set_spec(4);
+  Metrics metrics;
+  EngineOptions o;
+  o.metrics = &metrics;
+  o.max_pending_requests = 0;
+  o.draft_tokens = 4;
+  std::mt19937 rng(17);
+  int done = 0, cancelled = 0;
+  {
+    Engine engine(model, tok, {kEos}, o);
+    auto reqs = greedy_workload(1000, 23);
+    for (size_t i = 0, n = 0; i < reqs.size(); i += n) {
+      n = std::min<size_t>(2 + rng() % 3, reqs.size() - i);
+      std::vector<std::shared_ptr<RequestState>> states;
+      for (size_t j = 0; j < n; ++j) {
+        GenerationRequest r = reqs[i + j];
+        if (j % 2 == 1) {  // sampled, with penalties
+          r.sampling.temperature = 0.9f;
+          r.sampling.top_p = 0.9f;
+          r.sampling.frequency_penalty = 0.3f;
+          r.seed = i + j;
+        }
+        states.push_back(engine.submit(r));
+      }
+      if (rng() % 10 == 0) states.back()->cancel();
+      for (auto& st : states) {
+        const Outcome out = collect(*st);
+        if (!out.error.empty()) fail("soak request failed: " + out.error);
+        (out.finish == "cancelled" ? cancelled : done) += 1;
+      }
+    }
+  }
+  const std::string text = metrics.render();
+  CHECK(metric(text, "ninfer:kv_blocks_used") == 0);
+  CHECK(metric(text, "ninfer:num_requests_running") == 0);
+  CHECK(metric(text, "ninfer:spec_decode_num_accepted_tokens_total") > 0);
+  CHECK(done > 0);
+  std::printf("soak: %d finished, %d cancelled, %.0f of %.0f drafts accepted\n", done, cancelled,
+              metric(text, "ninfer:spec_decode_num_accepted_tokens_total"),
+              metric(text, "ninfer:spec_decode_num_draft_tokens_total"));
+}
+
 }  // namespace
 
 void test_speculate() {
   test_ngram();
   test_verify();
+  test_greedy_identical();
+  test_cancel_in_verify();
+  test_soak();
   std::printf("speculate ok\n");
 }
 

@@ -70,9 +70,11 @@ def max_rows_per_spec(plan: Plan, num_heads: int) -> dict[str, int]:
     for role, spec in plan.kernels.items():
         if role == "head_norm":
             need = chunk * num_heads  # called with tokens x heads rows
-        elif role == "lm_head_gemv":
-            need = min(seqs, plan.limits.gemv_max_rows)  # one logits row per sequence
-        elif role in ("lm_head_gemm", "gather", "sampler"):
+        elif role == "lm_head_gemv":  # one logits row per sequence (1 + drafts: speculation)
+            need = min(plan.limits.logit_rows, plan.limits.gemv_max_rows)
+        elif role in ("lm_head_gemm", "gather"):
+            need = plan.limits.logit_rows
+        elif role == "sampler":
             need = seqs
         elif role == "moe_gather":  # every token row's top_k routed copies
             need = chunk * spec_top_k(plan)

@@ -40,6 +40,8 @@ constexpr int kMaxContext = 2048;
 constexpr int kPrefillChunk = 2048;
 constexpr int kGemvMaxRows = 4;
 constexpr int kMaxConcurrency = 1;
+// Rows whose logits a step returns: one per sequence.
+constexpr int kMaxLogitRows = 1;
 constexpr int kBlockSize = 16;
 constexpr int kBlocks = 129;
 constexpr int kBlocksPerSeq = 128;
@@ -118,11 +120,11 @@ class GeneratedModel final : public Model {
     pos_ = mem_.ints(kPrefillChunk);
     seq_ = mem_.ints(kPrefillChunk);
     kv_rows_ = mem_.ints(kPrefillChunk);
-    logit_rows_ = mem_.ints(kMaxConcurrency);
+    logit_rows_ = mem_.ints(kMaxLogitRows);
     block_tables_ = mem_.ints(size_t(kMaxConcurrency) * kBlocksPerSeq);
-    last_ = mem_.floats(size_t(kMaxConcurrency) * kHidden);
-    last_norm_ = mem_.floats(size_t(kMaxConcurrency) * kHidden);
-    logits_ = mem_.floats(size_t(kMaxConcurrency) * kVocab);
+    last_ = mem_.floats(size_t(kMaxLogitRows) * kHidden);
+    last_norm_ = mem_.floats(size_t(kMaxLogitRows) * kHidden);
+    logits_ = mem_.floats(size_t(kMaxLogitRows) * kVocab);
     for (auto* v : {&stage_tokens_, &stage_pos_, &stage_seq_, &stage_kv_rows_})
       v->resize(kPrefillChunk);
     samp_f_ = mem_.floats(size_t(kMaxConcurrency) * SamplePack::kFloats);
@@ -263,8 +265,8 @@ class GeneratedModel final : public Model {
     };
     if (b.n < 1 || b.n > kPrefillChunk)
       fail(std::to_string(b.n) + " rows outside [1, " + std::to_string(kPrefillChunk) + "]");
-    if (b.n_logits < 0 || b.n_logits > kMaxConcurrency)
-      fail(std::to_string(b.n_logits) + " logit rows outside [0, " + std::to_string(kMaxConcurrency) +
+    if (b.n_logits < 0 || b.n_logits > kMaxLogitRows)
+      fail(std::to_string(b.n_logits) + " logit rows outside [0, " + std::to_string(kMaxLogitRows) +
            "]");
     for (int i = 0; i < b.n_logits; ++i)
       if (b.logit_rows[i] < 0 || b.logit_rows[i] >= b.n) fail("logit row out of range");
@@ -323,7 +325,8 @@ const ModelInfo& compiled_model_info() {
                               kVocab, kMaxContext, kPrefillChunk, kLayers, kMaxConcurrency, kBlockSize,
                               kBlocks, kBlocksPerSeq, size_t(2048),
                               "f16", 0,
-                              /*prefill_align=*/1};
+                              /*prefill_align=*/1,
+                              kMaxLogitRows, "none", /*max_draft_tokens=*/0};
   return info;
 }
 

@@ -1,0 +1,24 @@
+// Where speculative decoding's drafts come from, per sequence: the engine appends every
+// token the sequence holds (its prompt, then each accepted token) and asks for up to k
+// tokens to follow them before each step. Drafts only have to be cheap to propose: the
+// verification keeps the output exact whatever they are. NgramDrafter (ngram.h) is the
+// server's; tests plug in others (EngineOptions::drafter).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ninfer {
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual void append(int32_t token) = 0;
+  void extend(const std::vector<int32_t>& tokens) {
+    for (int32_t t : tokens) append(t);
+  }
+  // Up to k (>= 0) tokens proposed for the positions after the last one appended.
+  virtual std::vector<int32_t> propose(int k) const = 0;
+};
+
+}  // namespace ninfer
