@@ -94,23 +94,34 @@ def test_greedy_outputs_are_the_same_with_and_without_drafts(spec_model):
     assert _metric(metrics, "ninfer:spec_decode_num_accepted_tokens_total") == accepted
     per_pos = [_metric(metrics, f'ninfer:spec_decode_num_accepted_tokens_per_pos{{position="{i}"}}')
                for i in range(DRAFTS)]
-    assert sum(per_pos) == accepted and per_pos == sorted(per_pos, reverse=True)
+    # a proposal accepts at position 0 at most once
+    assert sum(per_pos) == accepted
+    assert per_pos[0] <= _metric(metrics, "ninfer:spec_decode_num_drafts_total")
     assert _metric(metrics, "ninfer:kv_blocks_used") == 0
 
 
-def test_sampled_requests_run_with_drafts(spec_model):
-    """Sampled rows go through rejection sampling (its distribution is checked in
-    test_speculate.cpp): every request completes at its length, seeds repeat."""
+def test_seeded_sampled_requests_give_the_tokens_of_plain_decoding(spec_model):
+    """A draft proposed with certainty is decided by the position's own draw (rejection
+    sampling against a point mass; its distribution is checked in test_speculate.cpp), so
+    a seeded request samples the same tokens with drafts as without, alone or batched."""
     from ninfer.runtime import Server
 
-    prompt = _prompts(spec_model)[0]
+    prompts = _prompts(spec_model)[:CONCURRENCY]
     body = {"temperature": 0.8, "top_p": 0.9, "top_k": 30, "frequency_penalty": 0.2,
-            "seed": 5, "ignore_eos": True}
+            "ignore_eos": True}
+
+    def run(srv: Any, n: int) -> list[list[int]]:
+        with ThreadPoolExecutor(n) as pool:
+            out = list(pool.map(lambda ip: _complete(srv, ip[1], seed=ip[0], **body),
+                                enumerate(prompts)))
+        return [r["choices"][0]["token_ids"] for r in out]
+
+    with Server(spec_model.out_dir, threads=2, extra_args=("--spec", "none")) as srv:
+        plain = run(srv, 1)
     with Server(spec_model.out_dir, threads=2) as srv:
-        a = _complete(srv, prompt, **body)
-        b = _complete(srv, prompt, **body)
-    assert a["usage"]["completion_tokens"] == 40
-    assert a["choices"][0]["token_ids"] == b["choices"][0]["token_ids"]
+        for n in (1, CONCURRENCY):
+            assert run(srv, n) == plain, n
+    assert all(len(t) == 40 for t in plain)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -72,6 +72,10 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
   if (draft_tokens_ > 0) {
     if (model.samples_on_device())
       throw std::logic_error("engine options: speculative decoding verifies on the host");
+    if (info.state_slots > 0)  // a rejected draft would leave its trace in the state
+      throw std::logic_error(
+          "engine options: speculative decoding of a model with recurrent "
+          "state needs per-position state slots");
     NgramDrafter check(ngram_min_, ngram_max_);  // throws std::invalid_argument
     if (metrics_) metrics_->enable_spec(draft_tokens_);
   }
@@ -318,7 +322,10 @@ void Engine::run_step(StepPlan& plan) {
   }
   {
     const double ms = clock_.now_ms() - t0;
-    int single = 0;  // decode rows with their drafts (and last prompt tokens)
+    // Decode rows with their drafts (and last prompt tokens): a "decode-only" step is any
+    // step without prompt chunks, so with speculation its cost varies with the drafts it
+    // verified (the average follows them; the cap stays approximate).
+    int single = 0;
     for (const Chunk& c : plan.chunks)
       if (c.count - c.drafts == 1) single += c.count;
     const int prompt_rows = plan.rows - single;
@@ -364,7 +371,8 @@ void Engine::run_step(StepPlan& plan) {
   }
 }
 
-bool Engine::on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now) {
+bool Engine::on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now,
+                      bool first_in_step) {
   const GenerationRequest& req = s.state->request;
   for (const auto& c : s.constraints)
     if (!c->accept(token))
@@ -378,7 +386,7 @@ bool Engine::on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now) 
       metrics_->add_prompt_tokens(s.prompt_n());
       metrics_->observe_ttft((now - s.state->submitted_ms) / 1000);
       metrics_->observe_prefill((now - s.t_admit) / 1000);
-    } else if (s.generated > 1) {
+    } else if (s.generated > 1 && first_in_step) {
       metrics_->observe_inter_token((now - s.t_last) / 1000);
     }
   }

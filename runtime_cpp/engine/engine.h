@@ -103,7 +103,10 @@ class Engine {
   void reap(double now);
   void run_step(StepPlan& plan);
   // The token chosen for s (and its logprobs when asked): accept it, send, stop or go on.
-  bool on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now);  // true: finished
+  // first_in_step: the first of the tokens a step gave s (the others, accepted drafts, add
+  // no inter-token latency sample: vLLM's one per step).
+  bool on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now,
+                bool first_in_step = true);  // true: finished
   // The host path over one logits row: processors, then a draw, or with `draft` the
   // verification of that draft (*accepted says whether it was).
   int32_t sample_host(Seq& s, float* logits, TokenLogprob* logprob, const int32_t* draft = nullptr,

@@ -105,7 +105,14 @@ void Engine::propose_drafts() {
     if (!s.drafter || s.slot < 0 || s.shares || s.pending() != 1) continue;
     const int room = std::min(
         {draft_tokens_, s.max_tokens - s.generated - 1, limit - static_cast<int>(s.tokens.size())});
-    if (room > 0) s.drafts = s.drafter->propose(room);
+    if (room <= 0) continue;
+    s.drafts = s.drafter->propose(room);
+    if (static_cast<int>(s.drafts.size()) > room) s.drafts.resize(room);  // a drafter's excess
+    for (int32_t& t : s.drafts)  // an id the model cannot take is no draft: cut there
+      if (t < 0 || t >= model_.info().vocab_size) {
+        s.drafts.resize(&t - s.drafts.data());
+        break;
+      }
   }
 }
 
@@ -137,7 +144,7 @@ bool Engine::verify_drafts(Seq& s, int first, double now) {
       ++accepted;
       ++s.draft_accepted_n;
     }
-    if (on_token(s, token, want, now)) {  // finished: s is gone
+    if (on_token(s, token, want, now, /*first_in_step=*/j == 0)) {  // finished: s is gone
       if (metrics) metrics->observe_drafts(verified, accepted);
       return true;
     }

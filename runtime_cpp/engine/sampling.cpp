@@ -146,12 +146,16 @@ int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p)
 
 DraftVerdict Sampler::verify(const float* logits, int vocab, const SamplingParams& p, int32_t draft,
                              const float* q) {
+  if (q == nullptr) {  // a certain draft: the position's own draw decides (see sampling.h)
+    const int32_t token = sample(logits, vocab, p);
+    return {token, token == draft};
+  }
   const int32_t best = argmax(logits, vocab);
   if (best < 0) throw std::runtime_error(kAllMaskedError);
   if (is_greedy(p)) return {best, draft == best};
   const Candidates c = candidates(logits, vocab, p, best);
   const double pd = draft >= 0 && draft < vocab ? c.probability(draft) : 0.0;
-  const double qd = q == nullptr ? 1.0 : (draft >= 0 && draft < vocab ? q[draft] : 0.0);
+  const double qd = draft >= 0 && draft < vocab ? q[draft] : 0.0;
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
   if (pd > 0 && qd > 0 && u * qd < pd) return {draft, true};
   // The residual max(0, p - q) over the candidates (q's other tokens have p = 0).
@@ -159,7 +163,7 @@ DraftVerdict Sampler::verify(const float* logits, int vocab, const SamplingParam
   double sum = 0;
   for (size_t i = 0; i < c.ids.size(); ++i) {
     const int32_t id = c.ids[i];
-    const double qi = q == nullptr ? (id == draft ? 1.0 : 0.0) : q[id];
+    const double qi = q[id];
     sum += residual[i] = std::max(0.0, c.weights[i] / c.sum - qi);
   }
   if (!(sum > 0)) {  // p == q up to rounding: a draw from p

@@ -96,13 +96,16 @@ class Sampler {
   // std::runtime_error when every token is masked.
   int32_t sample(const float* logits, int vocab, const SamplingParams& p);
   // Lossless verification of `draft` against the (processed) logits of its position, so
-  // that the position's output follows exactly the distribution sample() draws from:
-  // greedy rows accept the draft iff it is the argmax, else output the argmax. Sampled
-  // rows accept with probability min(1, p(draft) / q(draft)), else draw from the
-  // normalised residual max(0, p - q) (Leviathan et al.; vLLM's rejection sampler), p the
-  // candidates' distribution and q the draft's: `q` over the vocabulary, or nullptr for a
-  // draft proposed with certainty (n-gram lookup: q is 1 at the draft, so the draft is
-  // accepted with probability p(draft) and a rejection draws from p without it).
+  // that the position's output follows exactly the distribution sample() draws from.
+  // A draft proposed with certainty (q = nullptr: n-gram lookup) is decided by the
+  // position's own draw: the output is sample()'s token, the draft accepted iff they are
+  // equal. That is rejection sampling against a point mass (accepted with probability
+  // p(draft), else a draw from p without it), and it uses the generator exactly as
+  // sample() does, so a seeded request gives the same tokens with or without drafts, and
+  // whatever its drafts were. A draft drawn from a distribution `q` over the vocabulary (a
+  // draft model) is accepted with probability min(1, p(draft) / q(draft)), else the
+  // output is drawn from the normalised residual max(0, p - q) (Leviathan et al.; vLLM's
+  // rejection sampler); greedy rows accept the draft iff it is the argmax.
   DraftVerdict verify(const float* logits, int vocab, const SamplingParams& p, int32_t draft,
                       const float* q = nullptr);
 

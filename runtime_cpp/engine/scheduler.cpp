@@ -178,16 +178,33 @@ StepPlan Scheduler::plan(int prefill_limit) {
   }
 
   // 1b. Speculation: the decode rows' drafts, in the same order, as far as the budget and
-  // free blocks go (drafts never preempt anything).
+  // free blocks go. Drafts never preempt, and they leave prompts room to progress: the
+  // alignment's rows (at least one) when a prompt is being prefilled or waits, and the
+  // waiting head's blocks.
+  bool prompts = !waiting_.empty();
+  for (const Sequence* s : running_) prompts = prompts || s->pending() > 1 || s->shares;
+  int draft_budget = std::max(0, budget - (prompts ? std::max(1, config_.prefill_align) : 0));
+  int keep_free = 0;
+  if (!waiting_.empty()) {
+    const Sequence* head = waiting_.front();
+    keep_free = kv_.blocks_for(static_cast<int>(head->tokens.size())) *
+                (1 + static_cast<int>(head->forks.size()));
+  }
   for (Chunk& c : plan.chunks) {
     Sequence* s = c.seq;
-    int d = std::min(static_cast<int>(s->drafts.size()), budget);
-    while (d > 0 && !kv_.grow(s->blocks, static_cast<int>(s->tokens.size()) + d)) --d;
+    const int n = static_cast<int>(s->tokens.size());
+    int d = std::min(static_cast<int>(s->drafts.size()), draft_budget);
+    for (; d > 0; --d) {
+      const int extra = kv_.blocks_for(n + d) - static_cast<int>(s->blocks.size());
+      if (extra > 0 && kv_.free() - extra < keep_free) continue;
+      if (kv_.grow(s->blocks, n + d)) break;
+    }
     s->drafts.resize(d);
     c.count += d;
     c.drafts = d;
     plan.rows += d;
     budget -= d;
+    draft_budget -= d;
   }
 
   // Decode rows keep their pace: prompt rows are capped while anything decodes (to no

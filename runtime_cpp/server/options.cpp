@@ -13,6 +13,8 @@
 namespace ninfer {
 namespace {
 
+constexpr int kMaxNgram = 32;
+
 // "--flag N exceeds the compiled maximum M; recompile with --compile-flag N ...".
 void check_compiled(int value, int compiled_max, const char* flag, const char* compile_flag) {
   if (value > compiled_max)
@@ -80,7 +82,7 @@ const char* const kUsage =
     "  --draft-tokens K          drafts per request and step (default and maximum: the\n"
     "                            compiled --max-draft-tokens)\n"
     "  --ngram-min N, --ngram-max N  n-gram sizes the lookup matches, longest first\n"
-    "                            (default 2 and 4)\n"
+    "                            (default 2 and 4, at most 32)\n"
     "  GET /metrics serves Prometheus metrics.\n";
 
 Options parse_options(int argc, char** argv) {
@@ -221,7 +223,13 @@ EngineOptions resolve(const Options& o, const ModelInfo& compiled) {
     eo.draft_tokens = o.draft_tokens > 0 ? o.draft_tokens : compiled.max_draft_tokens;
     if (o.ngram_min > 0) eo.ngram_min = o.ngram_min;
     if (o.ngram_max > 0) eo.ngram_max = o.ngram_max;
+    // one of the two given: the other default follows it
     if (o.ngram_max == 0 && eo.ngram_min > eo.ngram_max) eo.ngram_max = eo.ngram_min;
+    if (o.ngram_min == 0 && eo.ngram_min > eo.ngram_max) eo.ngram_min = eo.ngram_max;
+    if (eo.ngram_max > kMaxNgram)
+      throw std::invalid_argument("--ngram-min/--ngram-max " + std::to_string(eo.ngram_max) +
+                                  " exceeds " + std::to_string(kMaxNgram) +
+                                  " (each token indexes every n-gram size)");
     if (eo.ngram_min > eo.ngram_max)
       throw std::invalid_argument("--ngram-min " + std::to_string(eo.ngram_min) +
                                   " exceeds --ngram-max " + std::to_string(eo.ngram_max));

@@ -28,6 +28,7 @@
 #include "engine/engine.h"
 #include "engine/ngram.h"
 #include "engine/sampling.h"
+#include "engine/scheduler.h"
 #include "harness.h"
 #include "observe/metrics.h"
 #include "sampling_stats.h"
@@ -215,9 +216,12 @@ class RandomDrafter : public Drafter {
   bool always_;
 };
 
-// Greedy requests whose prompts repeat themselves (so n-gram lookup finds matches), of
-// mixed lengths, some ended by EOS, one by a stop string, the others by length.
-std::vector<GenerationRequest> greedy_workload(int count, uint32_t seed) {
+// Requests whose prompts repeat themselves (so n-gram lookup finds matches), of mixed
+// lengths, greedy and sampled (temperature, top_p, top_k, min_p, seeds), some with
+// penalties, min_tokens or logprobs (the processors see each draft row with the counts of
+// the tokens accepted before it), some ended by EOS, one by a stop string, the others by
+// length.
+std::vector<GenerationRequest> spec_workload(int count, uint32_t seed) {
   std::vector<GenerationRequest> reqs;
   std::mt19937 rng(seed);
   for (int i = 0; i < count; ++i) {
@@ -228,7 +232,17 @@ std::vector<GenerationRequest> greedy_workload(int count, uint32_t seed) {
     for (int32_t& t : m) t = rng() % 26;
     for (int k = 0; k < reps; ++k) r.prompt.insert(r.prompt.end(), m.begin(), m.end());
     r.max_tokens = 1 + rng() % 30;
-    r.sampling.temperature = 0;
+    r.seed = 500 + i;
+    r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.9f;
+    if (i % 4 == 1) r.sampling.top_p = 0.8f;
+    if (i % 4 == 3) r.sampling.top_k = 6;
+    if (i % 8 == 5) r.sampling.min_p = 0.05f;
+    if (i % 5 == 2) {
+      r.sampling.frequency_penalty = 0.8f;
+      r.sampling.repetition_penalty = 1.3f;
+    }
+    if (i % 6 == 4) r.min_tokens = 3;
+    if (i % 7 == 1) r.logprobs = 2;
     r.ignore_eos = i % 3 != 0;
     if (i % 7 == 3) r.stop = {"k"};
     reqs.push_back(r);
@@ -269,9 +283,60 @@ void check_same(const std::vector<Outcome>& want, const std::vector<Outcome>& go
   }
 }
 
-void test_greedy_identical() {
+// Drafts leave prompts room: a step with a prompt to prefill keeps a row for it, and the
+// waiting head's blocks stay free; without prompts drafts take what the step has.
+void test_draft_budget() {
+  SchedulerConfig c;
+  c.max_concurrency = c.table_rows = 2;
+  c.prefill_chunk = 6;
+  c.kv_blocks = 1 + 8;
+  c.block_size = 4;
+  c.blocks_per_seq = 8;
+  Scheduler sched(c);
+  Sequence a;
+  a.tokens = {1, 2, 3};
+  sched.add(&a);
+  StepPlan p = sched.plan();
+  sched.commit(p);
+  a.tokens.push_back(4);  // decoding: one token pending
+  a.drafts = {5, 6, 7, 8, 9, 10, 11};
+  p = sched.plan();  // nothing else to run: the drafts take the whole step
+  CHECK(p.chunks.size() == 1 && p.chunks[0].drafts == 5 && p.rows == 6);
+  CHECK(a.blocks.size() == 3);  // positions 0..8
+  sched.commit(p);
+  CHECK(a.num_computed == 4);  // draft rows count once accepted
+  a.tokens.push_back(5);       // the engine appends the accepted draft, then accepts it
+  sched.accept_draft(&a);
+  CHECK(a.num_computed == 5);
+  a.tokens.push_back(42);  // the verifier's token for the rejected second draft
+  sched.drop_rejected(&a);
+  CHECK(a.drafts.empty() && a.blocks.size() == 2);  // 6 positions: the third block is freed
+  CHECK(sched.kv().used() == 2);
+  Sequence b;
+  b.tokens.assign(24, 3);  // a prompt of 6 blocks waits: every free block
+  sched.add(&b);
+  a.drafts = {1, 2, 3, 4, 5, 6};
+  p = sched.plan();
+  CHECK(p.chunks.size() == 2 && p.chunks[0].seq == &a && p.chunks[1].seq == &b);
+  CHECK(p.chunks[0].drafts == 2);  // only within a's own blocks: b's are kept free
+  CHECK(p.chunks[1].count == 3);   // b is admitted and its prompt gets the rest of the step
+  sched.commit(p);
+  a.tokens.push_back(7);  // no draft accepted
+  sched.drop_rejected(&a);
+  a.drafts = {1, 2, 3, 4, 5, 6};
+  p = sched.plan();  // b prefilling: a row is kept for it, whatever the drafts
+  CHECK(p.chunks.size() == 2 && p.chunks[1].seq == &b && p.chunks[1].count >= 1);
+  CHECK(p.rows == 6 && p.chunks[0].count == 1 + p.chunks[0].drafts);
+  sched.remove(&a);
+  sched.remove(&b);
+  CHECK(sched.kv().used() == 0);
+}
+
+// Greedy and seeded sampled requests give the tokens of plain decoding, whatever the
+// drafts (a certain draft is decided by the position's own draw: Sampler::verify).
+void test_same_as_plain() {
   const Tokenizer tok = letters_tokenizer();
-  const auto reqs = greedy_workload(16, 5);
+  const auto reqs = spec_workload(24, 5);
   const std::vector<Outcome> want = plain(reqs, tok);
   // The prompt and plain output of each request, with the EOS that ended it.
   std::vector<std::vector<int32_t>> refs;
@@ -330,7 +395,8 @@ void test_greedy_identical() {
       CHECK(drafted == drafted_req && accepted == accepted_req);
       CHECK(drafted > 0);  // the path ran
       if (src == Source::kOracle) {
-        // Drafts from the plain output are all accepted, and save steps.
+        // Drafts from the plain output are all accepted (sampled requests' too: the same
+        // draws), and save steps.
         if (accepted != drafted)
           fail(what + ": " + std::to_string(accepted) + " of " + std::to_string(drafted) +
                " oracle drafts accepted");
@@ -413,19 +479,12 @@ void test_soak() {
   int done = 0, cancelled = 0;
   {
     Engine engine(model, tok, {kEos}, o);
-    auto reqs = greedy_workload(1000, 23);
+    auto reqs = spec_workload(1000, 23);
     for (size_t i = 0, n = 0; i < reqs.size(); i += n) {
       n = std::min<size_t>(2 + rng() % 3, reqs.size() - i);
       std::vector<std::shared_ptr<RequestState>> states;
       for (size_t j = 0; j < n; ++j) {
-        GenerationRequest r = reqs[i + j];
-        if (j % 2 == 1) {  // sampled, with penalties
-          r.sampling.temperature = 0.9f;
-          r.sampling.top_p = 0.9f;
-          r.sampling.frequency_penalty = 0.3f;
-          r.seed = i + j;
-        }
-        states.push_back(engine.submit(r));
+        states.push_back(engine.submit(reqs[i + j]));
       }
       if (rng() % 10 == 0) states.back()->cancel();
       for (auto& st : states) {
@@ -450,7 +509,8 @@ void test_soak() {
 void test_speculate() {
   test_ngram();
   test_verify();
-  test_greedy_identical();
+  test_draft_budget();
+  test_same_as_plain();
   test_cancel_in_verify();
   test_soak();
   std::printf("speculate ok\n");
