@@ -1,0 +1,281 @@
+"""Speculative decoding on copy-heavy work: n-gram drafts against plain decoding, and
+llama.cpp's prompt lookup on the same prompts.
+
+    .venv/bin/python benchmarks/bench_spec.py --threads 2 --rounds 3
+
+The model: the embedded demo's architecture (ninfer.demo: a 1M-parameter Qwen3 with its
+tokenizer and chat template) trained here (ninfer.demo.train, torch, one CPU thread,
+--epochs; cached under build/bench/spec-copy) on chat turns of three copy-heavy kinds, as
+an editor or a summariser sends them: repeat a given text, summarise it (its first
+sentences), rename an identifier in given code. The texts are the demo tokenizer's
+generated prose and code (ninfer.demo.tokenizer.corpus), so the words carry no meaning
+the model could have memorised: it copies only if it learned to look back at the prompt.
+
+It is compiled once with `--spec ngram --max-draft-tokens K`; the same server runs with
+`--spec none` and with n-gram drafts, alternating round by round, over held-out prompts of
+the three kinds (another seed), greedy, one request at a time. Decode rate = completion
+tokens / decode time from the server's own timings (first token to last, prefill apart).
+Printed per kind and overall: both rates and their ratio, tokens per verify step,
+acceptance per draft position, and how many answers are exactly right (n-gram drafts
+only help a model that copies). llama.cpp (llama-cpp-python) decodes the same prompt
+texts from an F32 GGUF of the same weights with and without its
+LlamaPromptLookupDecoding (num_pred_tokens K, max_ngram_size --ngram-max), timed from the
+first streamed token to the last. Only llama.cpp's own ratio (lookup / plain) means
+anything: its figures go through llama-cpp-python's Python-level generate loop, which on
+a model this small costs more than the model; the two engines' absolute rates are not
+compared.
+
+Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
+command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import random
+import re
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("repeat", "summarise", "rename")
+TRAIN_SEED, TEST_SEED = 11, 12345
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--prompts", type=int, default=6, help="held-out prompts per kind")
+    p.add_argument("--draft-tokens", type=int, default=4)
+    p.add_argument("--ngram-max", type=int, default=4)
+    p.add_argument("--examples", type=int, default=1500, help="training conversations")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--max-tokens", type=int, default=160)
+    p.add_argument("--no-llamacpp", action="store_true")
+    return p.parse_args()
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?;:])\s+", text.strip()) if s.strip()]
+
+
+def _task(kind: str, text: str, rng: random.Random) -> tuple[str, str] | None:
+    """(user message, expected answer) of one kind over one generated text."""
+    if kind == "repeat":
+        return f"Repeat this text exactly.\n\n{text.strip()}", text.strip()
+    if kind == "summarise":
+        s = _sentences(text)
+        if len(s) < 3:
+            return None
+        return f"Summarise this text.\n\n{text.strip()}", " ".join(s[:2])
+    m = re.search(r"def \w+\((\w+):|const int \*(\w+)", text)
+    if not m:
+        return None
+    old = m.group(1) or m.group(2)
+    new = rng.choice(["items", "values", "xs", "batch", "rows", "data", "seq", "buf"])
+    if new == old:
+        return None
+    return (f"Rename {old} to {new} in this code.\n\n{text.strip()}",
+            re.sub(rf"\b{re.escape(old)}\b", new, text.strip()))
+
+
+def tasks(seed: int, per_kind: int) -> list[tuple[str, str, str]]:
+    """(kind, user message, expected answer), per_kind of each kind."""
+    from ninfer.demo.tokenizer import corpus
+
+    rng = random.Random(seed)
+    out: list[tuple[str, str, str]] = []
+    count = dict.fromkeys(KINDS, 0)
+    for text in corpus(seed=seed, paragraphs=per_kind * 40):
+        if len(text) > 420 or len(text) < 60:
+            continue
+        code = text.startswith(("def ", "static "))
+        for kind in (("rename", "repeat") if code else ("repeat", "summarise")):
+            if count[kind] >= per_kind:
+                continue
+            t = _task(kind, text, rng)
+            if t:
+                out.append((kind, *t))
+                count[kind] += 1
+        if all(c >= per_kind for c in count.values()):
+            break
+    return out
+
+
+def build_model(directory: Path, examples: int, epochs: int) -> Path:
+    """The copy model's checkpoint (cached: a directory with its stamp is reused)."""
+    from safetensors.numpy import save_file
+    from tokenizers import Tokenizer
+
+    from ninfer.demo import chat_templates, train
+    from ninfer.demo import tokenizer as demo_tokenizer
+    from ninfer.demo.checkpoint import DEMO_CONFIG, random_tensors, write_tokenizer_files
+
+    source = "".join(inspect.getsource(f) for f in (tasks, _task, _sentences, train,
+                                                      demo_tokenizer))
+    stamp = {"examples": examples, "epochs": epochs, "seed": TRAIN_SEED,
+             "source": hashlib.sha256(source.encode()).hexdigest()}
+    if (directory / "stamp.json").exists() and json.loads(
+            (directory / "stamp.json").read_text()) == stamp:
+        return directory
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    facts = write_tokenizer_files(tmp, "qwen")
+    vocab = (facts["vocab_size"] + 63) // 64 * 64
+    cfg = {**DEMO_CONFIG, "vocab_size": vocab, "bos_token_id": facts["bos_token_id"],
+           "eos_token_id": facts["eos_token_id"]}
+    tok = Tokenizer.from_file(str(tmp / "tokenizer.json"))
+    eos, pad = tok.token_to_id(chat_templates.QWEN_EOS), tok.token_to_id("<|endoftext|>")
+    convs = [[{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+             for _, q, a in tasks(TRAIN_SEED, examples // len(KINDS))]
+    data = train.examples(convs, chat_templates.DEMO_TRAIN_TEMPLATE,
+                          lambda text: tok.encode(text).ids, eos)
+    t0 = time.time()
+    tensors = train.train(cfg, random_tensors(cfg, 0), data, pad,
+                          lambda line: print(f"  train: {line}", flush=True), epochs=epochs)
+    print(f"trained on {len(data)} conversations, {epochs} epochs, in {time.time() - t0:.0f} s")
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    (tmp / "generation_config.json").write_text(json.dumps(
+        {"eos_token_id": facts["eos_token_id"]}, indent=2))
+    (tmp / "stamp.json").write_text(json.dumps(stamp))
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.rename(directory)
+    return directory
+
+
+def _prompt_text(ckpt: Path, user: str) -> str:
+    from ninfer.demo import chat_templates, train
+
+    return train.render(chat_templates.DEMO_TEMPLATE, [{"role": "user", "content": user}],
+                        add_generation_prompt=True)
+
+
+def ninfer_round(out_dir: Path, spec: str, prompts: list[str], threads: int,
+                 max_tokens: int) -> list[dict[str, Any]]:
+    from ninfer.runtime import Server
+
+    with Server(out_dir, threads=threads, extra_args=("--spec", spec)) as srv:
+        res = []
+        for p in prompts:
+            r = srv.client.post("/v1/completions", json={
+                "model": srv.client.get("/v1/models").json()["data"][0]["id"], "prompt": p,
+                "max_tokens": max_tokens, "temperature": 0}, timeout=600)
+            r.raise_for_status()
+            res.append(r.json())
+        metrics = srv.client.get("/metrics").text
+    for r in res:
+        r["_metrics"] = metrics
+    return res
+
+
+def llamacpp_round(gguf: Path, prompts: list[str], threads: int, max_tokens: int,
+                   lookup: tuple[int, int] | None) -> list[tuple[str, int, float]]:
+    """(text, tokens, decode seconds first->last token) per prompt."""
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    draft = (LlamaPromptLookupDecoding(max_ngram_size=lookup[1], num_pred_tokens=lookup[0])
+             if lookup else None)
+    llm = Llama(model_path=str(gguf), n_ctx=1024, n_threads=threads, n_threads_batch=threads,
+                draft_model=draft, verbose=False)
+    out = []
+    for p in prompts:
+        first = last = 0.0
+        text, n = "", 0
+        for chunk in llm.create_completion(p, max_tokens=max_tokens, temperature=0.0,
+                                           stream=True):
+            now = time.perf_counter()
+            if n == 0:
+                first = now
+            last = now
+            text += chunk["choices"][0]["text"]
+            n += 1
+        out.append((text, n, last - first))
+    return out
+
+
+def _rate(tokens: int, seconds: float) -> float:
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def main() -> None:
+    args = _parse()
+    from ninfer.paths import DEFAULT_BUILD_DIR
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    base = DEFAULT_BUILD_DIR / "bench"
+    ckpt = build_model(base / "spec-copy", args.examples, args.epochs)
+    out = base / "spec-copy-cpu"
+    compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id="spec-copy",
+                                 max_context=1024, prefill_chunk=256, max_concurrency=1,
+                                 spec="ngram", max_draft_tokens=args.draft_tokens,
+                                 kv_dtype="f16", python_module=False))
+    held = tasks(TEST_SEED, args.prompts)
+    prompts = [_prompt_text(ckpt, q) for _, q, _ in held]
+    gguf = None
+    if not args.no_llamacpp:
+        from ninfer.bench.gguf_export import export_gguf
+
+        gguf = export_gguf(ckpt, base / "spec-copy-F32.gguf", "F32")
+    sides = ["plain", "ngram"] + (["llama.cpp", "llama.cpp lookup"] if gguf else [])
+    rates: dict[str, list[float]] = {s: [] for s in sides}
+    kind_rates: dict[tuple[str, str], list[float]] = {}
+    exact: dict[str, int] = {}
+    accept_line = ""
+    for rnd in range(args.rounds):
+        for side in sides:
+            if side in ("plain", "ngram"):
+                res = ninfer_round(out, "none" if side == "plain" else "ngram", prompts,
+                                   args.threads, args.max_tokens)
+                items = [(r["choices"][0]["text"], r["usage"]["completion_tokens"],
+                          r["timings"]["predicted_ms"] / 1000) for r in res]
+                if side == "ngram":
+                    t = [r["timings"] for r in res]
+                    d, a = sum(x["draft_n"] for x in t), sum(x["draft_accepted_n"] for x in t)
+                    m = res[-1]["_metrics"]
+                    pos = [float(v) for v in re.findall(
+                        r'accepted_tokens_per_pos\{position="\d+"\} (\S+)', m)]
+                    accept_line = (f"drafts {d}, accepted {a} ({100 * a / max(d, 1):.0f}%), "
+                                   "per position " + " ".join(
+                                       f"{v / max(pos[0] if pos else 1, 1):.2f}" for v in pos))
+            else:
+                assert gguf is not None
+                items = llamacpp_round(gguf, prompts, args.threads, args.max_tokens,
+                                       (args.draft_tokens, args.ngram_max)
+                                       if side.endswith("lookup") else None)
+            tok = sum(n for _, n, _ in items)
+            sec = sum(s for _, _, s in items)
+            rates[side].append(_rate(tok, sec))
+            for kind in KINDS:
+                sel = [i for i, (k, _, _) in enumerate(held) if k == kind]
+                kind_rates.setdefault((side, kind), []).append(_rate(
+                    sum(items[i][1] for i in sel), sum(items[i][2] for i in sel)))
+            exact[side] = sum(items[i][0].strip() == held[i][2] for i in range(len(held)))
+        print(f"round {rnd + 1}: " + ", ".join(f"{s} {rates[s][-1]:.1f}" for s in sides)
+              + " tok/s", flush=True)
+    print(f"\n{len(held)} held-out prompts ({args.prompts} per kind), greedy, "
+          f"{args.threads} threads, medians of {args.rounds} rounds, decode tok/s:")
+    print(f"{'':18}" + "".join(f"{k:>12}" for k in (*KINDS, "all")) + "   exact answers")
+    for s in sides:
+        cells = [statistics.median(kind_rates[(s, k)]) for k in KINDS]
+        print(f"{s:18}" + "".join(f"{c:12.1f}" for c in cells)
+              + f"{statistics.median(rates[s]):12.1f}   {exact[s]}/{len(held)}")
+    plain, spec = statistics.median(rates["plain"]), statistics.median(rates["ngram"])
+    print(f"ninfer n-gram / plain: {spec / plain:.2f}x; {accept_line}")
+    if gguf:
+        lp, ll = (statistics.median(rates["llama.cpp"]),
+                  statistics.median(rates["llama.cpp lookup"]))
+        print(f"llama.cpp lookup / plain: {ll / lp:.2f}x (through llama-cpp-python's Python "
+              "loop: only this ratio compares)")
+
+
+if __name__ == "__main__":
+    main()
