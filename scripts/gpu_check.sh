@@ -2,7 +2,8 @@
 # The GPU check, in two halves because the lent GPU machine has no package registry:
 #   bash scripts/gpu_check.sh prepare TARGET   # here: compile the tiny Qwen3 for TARGET
 #                                              # (coop and tvm prefill projections; bf16
-#                                              # weights with an f16 KV cache; q8g32), the
+#                                              # weights with an f16 KV cache; q8g32; n-gram
+#                                              # speculation), the
 #                                              # tiny hybrids (Qwen3.5, also with the chunked
 #                                              # GDN prefill; Qwen3-Next MoE) and a
 #                                              # 0.6B-shaped bench model (no artifact)
@@ -37,7 +38,7 @@ def tidy(out, opts=None, checkpoint=None):
         (out / "model.ninfer").unlink()
         keep = ("target", "model_id", "max_context", "prefill_chunk", "max_concurrency",
                 "kv_capacity", "weights", "weight_overrides", "kv_dtype", "memory_gib",
-                "prefill_projections", "gdn_prefill")
+                "prefill_projections", "gdn_prefill", "spec", "max_draft_tokens")
         recorded = {k: getattr(opts, k) for k in keep} | {"model_dir": checkpoint}
         (out / "artifact-options.json").write_text(json.dumps(recorded, indent=1))
 def tiny(name, t, **options):
@@ -58,6 +59,9 @@ for t in (target, "cpu"):
     tiny("kvf16-bf16", t, weights="bf16", kv_dtype="f16")
 # Group-quantized weights (hand-written CUDA kernels).
 tiny("q8g32", target, weights="q8g32", kv_dtype="f32")
+# n-gram speculation (served with drafts by default): greedy parity with transformers as
+# the plain builds, through draft rows, the device sampler's verify rows and their graphs.
+tiny("spec", target, kv_dtype="f32", spec="ngram", max_draft_tokens=4)
 # Hybrids: Qwen3.5 (Gated DeltaNet + gated attention, f32: cooperative GDN projections)
 # and Qwen3-Next (MoE, f16 weights), each beside its checkpoint for transformers.
 for name in ("qwen35-tiny", "qwen3next-tiny"):

@@ -82,7 +82,7 @@ def _write_device_sampler() -> None:
     from ninfer.kernels.cuda.lower import build_cuda_source
     from ninfer.targets import load_target
 
-    spec = SamplerSpec(vocab=27, max_rows=4, max_edits=4096)  # fake_model.h kVocab, slots
+    spec = SamplerSpec(vocab=27, max_rows=16, max_edits=4096)  # fake_model.h kVocab, rows
     target = load_target("h200").with_overrides(max_threads_per_block=64, sm_count=1)
     module = build_cuda_source([spec], target)
     (launch,) = module.launches

@@ -152,3 +152,22 @@ def test_cuda_launch_code_matches_golden(tmp_path):
     tree = render_tree(graph, plan, target, "qwen2-mini", backend, tmp_path / "src",
                        tmp_path / "out")
     _compare(tree.directory, GOLDEN_CUDA, CUDA_FILES, target.stable_hash())
+
+
+def test_speculation_sizes_the_logits_rows_of_every_target(tmp_path):
+    """--spec ngram with 4 drafts at concurrency 4: 20 logits rows (the step has 2048), and
+    every kernel that handles them (the LM head's gather and GEMM, CUDA's sampler) is
+    proven for that many; the CPU plan likewise without a sampler."""
+    from ninfer.occupancy.model_launches import max_rows_per_spec
+
+    graph = build_graph(open_checkpoint(make_ckpt(tmp_path / "ckpt", CUDA_CONFIG)))
+    limits = ServeLimits(max_context=2048, prefill_chunk=2048, max_concurrency=4,
+                         spec="ngram", max_draft_tokens=4)
+    assert limits.logit_rows == 20
+    for name in ("rtx4080s", "cpu"):
+        plan = make_plan(graph, load_target(name), limits)
+        rows = max_rows_per_spec(plan, graph.config.num_heads)
+        for role in ("gather", "lm_head_gemm") + (("sampler",) if name != "cpu" else ()):
+            assert rows[plan.kernels[role].name()] >= 20, (name, role)
+        if name != "cpu":
+            assert plan.kernels["sampler"].max_rows == 20

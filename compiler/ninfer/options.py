@@ -156,10 +156,6 @@ class CompileOptions:
         """Raise OptionsError where an option does not suit `target`."""
         if self.prefill_projections == "coop" and not target.is_cuda:
             raise OptionsError("--prefill-projections coop needs a CUDA target")
-        if target.is_cuda and self.spec != "none":
-            raise OptionsError(f"--spec {self.spec}: speculative verification runs on the cpu "
-                               "target so far (the CUDA sampler draws one token per row and "
-                               "has no verify step yet); compile this target without --spec")
         if target.is_cuda and self.kv_dtype not in CUDA_KV_DTYPES:
             raise OptionsError(f"--kv-dtype {self.kv_dtype}: the CUDA attention reads "
                                f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "

@@ -326,10 +326,11 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                         if w.role != "mtp")
     weights_bytes += 2 * 4 * limits.max_context * (rotary // 2)  # rope tables
     activation_bytes = 4 * (chunk * sum(buffers.values()) + limits.logit_rows * (h + v))
-    sampler = (SamplerSpec(v, conc, conc * min(v, limits.max_context + SAMPLER_EXTRA_EDITS),
+    rows = limits.logit_rows  # sampled rows: one per sequence, 1 + drafts with speculation
+    sampler = (SamplerSpec(v, rows, rows * min(v, limits.max_context + SAMPLER_EXTRA_EDITS),
                            SAMPLER_TOP_LOGPROBS) if target.is_cuda else None)
     if sampler:  # the scratch rows, the edits, the masks
-        activation_bytes += 4 * conc * v + 20 * sampler.max_edits + 4 * conc * sampler.words
+        activation_bytes += 4 * rows * v + 20 * sampler.max_edits + 4 * rows * sampler.words
     workspace_bytes = 64 << 20
     bs = limits.kv_block_size
     kvd = limits.kv_dtype

@@ -70,8 +70,6 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
                            " draft tokens; the model was compiled for " +
                            std::to_string(info.max_draft_tokens));
   if (draft_tokens_ > 0) {
-    if (model.samples_on_device())
-      throw std::logic_error("engine options: speculative decoding verifies on the host");
     if (info.state_slots > 0)  // a rejected draft would leave its trace in the state
       throw std::logic_error(
           "engine options: speculative decoding of a model with recurrent "
@@ -85,10 +83,10 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
   slots_.resize(info.prefill_chunk);
   logit_rows_.resize(info.logit_rows());
   if (model.samples_on_device()) {
-    sample_rows_.resize(info.max_concurrency);
-    sample_edits_.resize(info.max_concurrency);
-    sample_masks_.resize(info.max_concurrency);
-    sampled_.resize(info.max_concurrency);
+    sample_rows_.resize(info.logit_rows());
+    sample_edits_.resize(info.logit_rows());
+    sample_masks_.resize(info.logit_rows());
+    sampled_.resize(info.logit_rows());
   }
   block_tables_.resize(static_cast<size_t>(info.max_concurrency) * info.blocks_per_seq);
   free_slots_ = sched_.free_slots();
@@ -301,14 +299,15 @@ void Engine::run_step(StepPlan& plan) {
       int k = 0;
       for (const Chunk& c : plan.chunks) {
         if (!c.logits) continue;
-        try {
-          device_row(static_cast<Seq&>(*c.seq), k);
-        } catch (const std::exception& e) {
-          row_errors[k] = e.what();
-          sample_rows_[k] = SampleRow{};
-          sample_rows_[k].temperature = 0;
+        for (int j = 0; j <= c.drafts; ++j, ++k) {  // a draft row: as if the drafts before it
+          try {                                     // were accepted (the others are dropped)
+            device_row(static_cast<Seq&>(*c.seq), k, j);
+          } catch (const std::exception& e) {
+            row_errors[k] = e.what();
+            sample_rows_[k] = SampleRow{};
+            sample_rows_[k].temperature = 0;
+          }
         }
-        ++k;
       }
       model_.sample(sample_rows_.data(), sampled_.data());
     } else {
@@ -345,7 +344,7 @@ void Engine::run_step(StepPlan& plan) {
     k += 1 + c.drafts;
     if (c.drafts > 0) {
       try {
-        verify_drafts(s, row, now);  // may finish and destroy s
+        verify_drafts(s, row, now, device ? &row_errors : nullptr);  // may destroy s
       } catch (const std::exception& e) {
         fail(s, e.what(), "", now);
       }

@@ -26,8 +26,10 @@
 // would have processed each position): accepted drafts become tokens (their keys and
 // values are kept), the first rejected one is replaced by the verifier's token and the
 // rows after it are dropped (drop_rejected: their blocks leave the table); when all are
-// accepted the last row's logits give one more token. Greedy requests thus produce
-// exactly the tokens they would without speculation.
+// accepted the last row's logits give one more token. A certain draft is accepted iff
+// the position's own draw equals it, so requests, greedy or seeded, produce exactly the
+// tokens they would without speculation. On a model that samples on the device each
+// draft row is described as the position after the drafts before it (device_row's j).
 #pragma once
 
 #include <condition_variable>
@@ -112,11 +114,13 @@ class Engine {
   int32_t sample_host(Seq& s, float* logits, TokenLogprob* logprob, const int32_t* draft = nullptr,
                       bool* accepted = nullptr);
   void propose_drafts();
-  // Verifies s's drafts against logits rows [first, first + s.drafts.size()] and emits
-  // the tokens; true when s finished (and is gone).
-  bool verify_drafts(Seq& s, int first, double now);
+  // Verifies s's drafts against logits rows [first, first + s.drafts.size()] (on the host,
+  // or with `errors` the device's sampled rows and their description errors) and emits the
+  // tokens; true when s finished (and is gone).
+  bool verify_drafts(Seq& s, int first, double now,
+                     const std::vector<std::string>* errors = nullptr);
   void process_logits(Seq& s, float* logits);
-  void device_row(Seq& s, int k);  // fills sample_rows_[k]
+  void device_row(Seq& s, int k, int j = 0);  // fills sample_rows_[k] (j: draft row)
   void send_pending(Seq& s, const std::string& text);
   void finish(Seq& s, const std::string& reason, double now);
   void fail(Seq& s, const std::string& error, const std::string& code, double now);

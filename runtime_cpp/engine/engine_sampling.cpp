@@ -2,6 +2,8 @@
 // the host, or the same as parameters of the device sampler's row.
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/engine.h"
@@ -13,10 +15,14 @@ namespace ninfer {
 // The row the device sampler draws s's next token from: what process_logits and
 // Sampler::sample do on the host, as parameters, one merged edit per token (min_tokens
 // masking, logit_bias, penalties) and the AND of the constraints' bitmasks.
-void Engine::device_row(Seq& s, int k) {
+// Draft row j > 0 (speculation) describes the position after s.drafts[0..j-1], as if they
+// were accepted (when one is not, the rows after it are dropped): its counter, min_tokens
+// and penalty counts include them. (Constrained requests get no drafts on the device.)
+void Engine::device_row(Seq& s, int k, int j) {
   const GenerationRequest& req = s.state->request;
   const SamplingParams& p = req.sampling;
   const int vocab = model_.info().vocab_size;
+  const int generated = s.generated + j;
   std::vector<SampleEdit>& edits = sample_edits_[k];
   edits.clear();
   edit_index_.clear();
@@ -26,7 +32,7 @@ void Engine::device_row(Seq& s, int k) {
     if (fresh) edits.push_back(SampleEdit{id});
     return &edits[it->second];
   };
-  if (s.generated < req.min_tokens) {
+  if (generated < req.min_tokens) {
     if (!req.ignore_eos)
       for (int32_t id : eos_ids_)
         if (SampleEdit* e = edit(id)) e->flags |= SampleEdit::kMask;
@@ -38,8 +44,10 @@ void Engine::device_row(Seq& s, int k) {
       e->flags |= SampleEdit::kBias;
       e->bias += bias;
     }
-  if (p.has_penalties())
-    s.counts.each([&](int32_t id, bool, int output) {
+  if (p.has_penalties()) {
+    std::unordered_map<int32_t, int> ahead;  // the drafts before this row, as outputs
+    for (int i = 0; i < j; ++i) ++ahead[s.drafts[i]];
+    auto penalize = [&](int32_t id, int output) {
       SampleEdit* e = edit(id);
       if (!e) return;
       if (p.repetition_penalty != 1.0f) e->flags |= SampleEdit::kRepeat;
@@ -48,7 +56,17 @@ void Engine::device_row(Seq& s, int k) {
         e->frequency = p.frequency_penalty * static_cast<float>(output);
         e->presence = p.presence_penalty;
       }
+    };
+    s.counts.each([&](int32_t id, bool, int output) {
+      auto it = ahead.find(id);
+      if (it != ahead.end()) {
+        output += it->second;
+        ahead.erase(it);
+      }
+      penalize(id, output);
     });
+    for (const auto& [id, output] : ahead) penalize(id, output);
+  }
   SampleRow& row = sample_rows_[k];
   row = SampleRow{};
   row.temperature = p.temperature;
@@ -58,7 +76,7 @@ void Engine::device_row(Seq& s, int k) {
   row.top_k = p.top_k;
   row.logprobs = req.logprobs;
   row.seed = req.seed + static_cast<uint64_t>(s.index);  // as the host Sampler is seeded
-  row.counter = static_cast<uint64_t>(s.generated);
+  row.counter = static_cast<uint64_t>(generated);
   row.edits = edits.data();
   row.n_edits = static_cast<int>(edits.size());
   if (!s.constraints.empty()) {
@@ -103,6 +121,9 @@ void Engine::propose_drafts() {
     Seq& s = *p;
     s.drafts.clear();
     if (!s.drafter || s.slot < 0 || s.shares || s.pending() != 1) continue;
+    // On the device a draft row's mask would need the constraint advanced over the drafts
+    // before it: constrained requests decode without drafts there.
+    if (model_.samples_on_device() && !s.constraints.empty()) continue;
     const int room = std::min(
         {draft_tokens_, s.max_tokens - s.generated - 1, limit - static_cast<int>(s.tokens.size())});
     if (room <= 0) continue;
@@ -120,7 +141,7 @@ void Engine::propose_drafts() {
 // row j decides draft j (j < drafts), the last row gives the token after all of them.
 // Each row goes through the request's processors with the counts and constraint state of
 // the tokens accepted before it, as a step without speculation would have done.
-bool Engine::verify_drafts(Seq& s, int first, double now) {
+bool Engine::verify_drafts(Seq& s, int first, double now, const std::vector<std::string>* errors) {
   const GenerationRequest& req = s.state->request;
   const int vocab = model_.info().vocab_size;
   const std::vector<int32_t> drafts = s.drafts;
@@ -133,8 +154,18 @@ bool Engine::verify_drafts(Seq& s, int first, double now) {
     TokenLogprob lp;
     TokenLogprob* want = req.logprobs >= 0 ? &lp : nullptr;
     bool ok = false;
-    const int32_t token = sample_host(s, logits_.data() + static_cast<size_t>(first + j) * vocab,
-                                      want, j < d ? &drafts[j] : nullptr, &ok);
+    int32_t token;
+    if (errors) {  // sampled on the device, each row with its own counter: compare
+      if (!(*errors)[first + j].empty()) throw std::runtime_error((*errors)[first + j]);
+      SampledToken& t = sampled_[first + j];
+      if (t.token < 0) throw std::runtime_error(kAllMaskedError);
+      token = t.token;
+      ok = j < d && token == drafts[j];
+      if (want) *want = {token, t.logprob, std::move(t.top)};
+    } else {
+      token = sample_host(s, logits_.data() + static_cast<size_t>(first + j) * vocab, want,
+                          j < d ? &drafts[j] : nullptr, &ok);
+    }
     const bool take = j < d && ok;
     if (j < d) {
       ++verified;

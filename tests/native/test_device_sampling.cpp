@@ -83,9 +83,9 @@ struct Result {
   std::vector<TokenLogprob> logprobs;
 };
 
-Result run(Model& model, const GenerationRequest& r) {
+Result run(Model& model, const GenerationRequest& r, const EngineOptions& options = {}) {
   Tokenizer tok = letters_tokenizer();
-  Engine engine(model, tok, {kEos}, EngineOptions{});
+  Engine engine(model, tok, {kEos}, options);
   auto st = engine.submit(r);
   Result res;
   for (int done = 0;;) {
@@ -202,6 +202,84 @@ void test_seeds_counters_and_masks() {
   CHECK(seen[0] + seen[1] + seen[2] == 20 && (seen[0] < 20 && seen[1] < 20 && seen[2] < 20));
 }
 
+// Proposes the next tokens of a known continuation while the sequence follows it.
+class Oracle : public Drafter {
+ public:
+  explicit Oracle(std::vector<int32_t> ref) : ref_(std::move(ref)) {}
+  void append(int32_t t) override {
+    on_ = on_ && n_ < ref_.size() && ref_[n_] == t;
+    ++n_;
+  }
+  std::vector<int32_t> propose(int k) const override {
+    if (!on_ || n_ >= ref_.size()) return {};
+    return {ref_.begin() + static_cast<std::ptrdiff_t>(n_),
+            ref_.begin() + static_cast<std::ptrdiff_t>(std::min(ref_.size(), n_ + k))};
+  }
+
+ private:
+  std::vector<int32_t> ref_;
+  size_t n_ = 0;
+  bool on_ = true;
+};
+
+// Speculation on the device: every row of a sequence's drafts is sampled with the counter
+// and penalty counts of its position as if the drafts before it were accepted, so a draft
+// is accepted iff the draw at its position equals it; greedy and sampled requests (with
+// penalties, min_tokens, logprobs) give the tokens and logprobs of plain device decoding,
+// with drafts from the plain output (all accepted, fewer steps) and with n-gram drafts.
+// A constrained request decodes without drafts there.
+void test_speculation() {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r = request(30 + i, 10 + 3 * i);
+    r.prompt = {7, 4, 11, 7, 4, 11, 7, 4, 11, 3};  // repeats: n-gram drafts find matches
+    r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.9f;
+    r.ignore_eos = i % 3 != 0;
+    if (i % 4 == 1) r.sampling.top_p = 0.85f;
+    if (i == 2 || i == 5) {
+      r.sampling.repetition_penalty = 1.3f;
+      r.sampling.frequency_penalty = 0.7f;
+      r.sampling.presence_penalty = 0.2f;
+    }
+    if (i == 3) r.min_tokens = 6;
+    if (i == 5) r.logprobs = 3;
+    if (i == 7) r.constraints = {std::make_shared<OnlyTokens>(std::vector<int32_t>{0, 7, 11})};
+    reqs.push_back(r);
+  }
+  for (const GenerationRequest& r : reqs) {
+    DeviceFake plain_model(4, 16, 1 + 4 * 16, 4, 64);
+    const Result plain = run(plain_model, r);
+    CHECK(plain.outcome.error.empty() && !plain.outcome.tokens.empty());
+    std::vector<int32_t> ref = r.prompt;
+    ref.insert(ref.end(), plain.outcome.tokens.begin(), plain.outcome.tokens.end());
+    if (plain.outcome.finish == "stop") ref.push_back(kEos);
+    for (bool oracle : {true, false}) {
+      DeviceFake model(4, 16, 1 + 4 * 16, 4, 64);
+      model.set_spec(4);
+      EngineOptions o;
+      o.draft_tokens = 4;
+      if (oracle)
+        o.drafter = [&](const GenerationRequest&, int) { return std::make_unique<Oracle>(ref); };
+      GenerationRequest sr = r;
+      if (!r.constraints.empty())
+        sr.constraints = {std::make_shared<OnlyTokens>(std::vector<int32_t>{0, 7, 11})};
+      const Result got = run(model, sr, o);
+      if (!(got.outcome == plain.outcome))
+        fail("request " + r.id + (oracle ? " (oracle drafts)" : " (n-gram drafts)") +
+             " differs from plain device decoding: '" + got.outcome.text + "' against '" +
+             plain.outcome.text + "' " + got.outcome.error);
+      CHECK(got.logprobs.size() == plain.logprobs.size());
+      for (size_t t = 0; t < got.logprobs.size(); ++t) {
+        CHECK(got.logprobs[t].token == plain.logprobs[t].token);
+        CHECK(std::abs(got.logprobs[t].logprob - plain.logprobs[t].logprob) < 1e-6f);
+      }
+      const bool drafts = r.constraints.empty() && plain.outcome.tokens.size() > 1;
+      if (oracle && drafts) CHECK(model.steps_.load() < plain_model.steps_.load());
+      if (!drafts) CHECK(model.steps_.load() == plain_model.steps_.load());
+    }
+  }
+}
+
 // A row with every token masked fails its request with the host sampler's message.
 void test_all_masked() {
   for (bool device : {false, true}) {
@@ -221,6 +299,7 @@ int main() {
   test_greedy_matches_host();
   test_seeds_counters_and_masks();
   test_all_masked();
+  test_speculation();
   std::printf("device sampling ok\n");
   return 0;
 }

@@ -65,17 +65,15 @@ class VerifiedCuda:
 
 def max_rows_per_spec(plan: Plan, num_heads: int) -> dict[str, int]:
     """The largest `n` the step program passes to each kernel instance."""
-    chunk, seqs = plan.limits.prefill_chunk, plan.limits.max_concurrency
+    chunk = plan.limits.prefill_chunk
     rows: dict[str, int] = {}
     for role, spec in plan.kernels.items():
         if role == "head_norm":
             need = chunk * num_heads  # called with tokens x heads rows
         elif role == "lm_head_gemv":  # one logits row per sequence (1 + drafts: speculation)
             need = min(plan.limits.logit_rows, plan.limits.gemv_max_rows)
-        elif role in ("lm_head_gemm", "gather"):
+        elif role in ("lm_head_gemm", "gather", "sampler"):
             need = plan.limits.logit_rows
-        elif role == "sampler":
-            need = seqs
         elif role == "moe_gather":  # every token row's top_k routed copies
             need = chunk * spec_top_k(plan)
         elif role.endswith("_gemv"):

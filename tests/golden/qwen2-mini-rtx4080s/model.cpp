@@ -127,13 +127,13 @@ class GeneratedModel final : public Model {
     logits_ = mem_.floats(size_t(kMaxLogitRows) * kVocab);
     for (auto* v : {&stage_tokens_, &stage_pos_, &stage_seq_, &stage_kv_rows_})
       v->resize(kPrefillChunk);
-    samp_f_ = mem_.floats(size_t(kMaxConcurrency) * SamplePack::kFloats);
-    samp_i_ = mem_.ints(size_t(kMaxConcurrency) * SamplePack::kInts);
+    samp_f_ = mem_.floats(size_t(kMaxLogitRows) * SamplePack::kFloats);
+    samp_i_ = mem_.ints(size_t(kMaxLogitRows) * SamplePack::kInts);
     edit_ids_ = mem_.ints(size_t(kMaxEdits) * 2);
     edit_vals_ = mem_.floats(size_t(kMaxEdits) * 3);
-    masks_ = mem_.ints(size_t(kMaxConcurrency) * kMaskWords);
-    out_ids_ = mem_.ints(size_t(kMaxConcurrency) * (kSampleTop + 1));
-    out_lp_ = mem_.floats(size_t(kMaxConcurrency) * (kSampleTop + 1));
+    masks_ = mem_.ints(size_t(kMaxLogitRows) * kMaskWords);
+    out_ids_ = mem_.ints(size_t(kMaxLogitRows) * (kSampleTop + 1));
+    out_lp_ = mem_.floats(size_t(kMaxLogitRows) * (kSampleTop + 1));
   }
 
   const ModelInfo& info() const override { return compiled_model_info(); }
