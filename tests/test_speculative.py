@@ -151,3 +151,30 @@ def test_the_compile_sizes_the_step_for_drafts(spec_model):
     # 4 sequences x (1 + 4 drafts) = 20 logits rows, capped by the 16-row step
     assert "constexpr int kMaxLogitRows = 16;" in src
     assert '"ngram", /*max_draft_tokens=*/4' in src
+
+
+def test_soak_with_drafts_answers_everything_and_leaks_nothing(spec_model, tmp_path):
+    """The crash shape of the report, on the CPU: concurrent streams decoding with drafts,
+    mixed lengths, a quarter of the clients hanging up mid-stream; every answer checked,
+    the server drains, no KV block left, RSS flat (ninfer-bench soak). The long run is for
+    a lent GPU."""
+    import json
+
+    from click.testing import CliRunner
+
+    from ninfer.bench.cli import main as bench_main
+
+    out = tmp_path / "soak.json"
+    r = CliRunner().invoke(bench_main, [
+        "soak", str(spec_model.out_dir), "--requests", "40", "--concurrency", str(CONCURRENCY),
+        "--disconnect-rate", "0.25", "--max-tokens-range", "1,40",
+        "--prompt-len-range", "1,100", "--seed", "5", "--threads", "2",
+        "--vocab-size", "12", "--server-arg=--ngram-min", "--server-arg=1",  # many matches
+        "--json", str(out)])
+    res = json.loads(out.read_text()) if out.exists() else {}
+    assert r.exit_code == 0, r.output
+    assert res["failed"] == 0 and res["failures"] == []
+    assert res["drained"] and res["kv_blocks_used"] == 0
+    assert res["completed"] + res["disconnected"] == 40
+    assert res["rss_flat"] is True
+    assert res["draft_tokens"] > 0 and 0 < res["accepted_tokens"] <= res["draft_tokens"]

@@ -20,7 +20,9 @@ from typing import Any
 import httpx
 
 from ninfer.bench.common import (
+    ACCEPTED,
     CANCELLED,
+    DRAFTS,
     ITL,
     KV_TOTAL,
     KV_USED,
@@ -308,6 +310,9 @@ class SoakResult:
     succeeded: float | None = None
     mean_ttft_ms: float | None = None
     mean_itl_ms: float | None = None
+    # speculative decoding (a server running drafts): draft tokens verified and accepted
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
     rss_start_mib: float | None = None
     rss_middle_mib: float | None = None
     rss_end_mib: float | None = None
@@ -421,6 +426,9 @@ def run_soak(endpoint: Endpoint, cfg: SoakConfig, *, vocab_size: int | None = No
             res.rejected = after.value(REJECTED) - before.value(REJECTED)
         if after.has(SUCCESS):
             res.succeeded = after.value(SUCCESS) - before.value(SUCCESS)
+        if after.has(DRAFTS):
+            res.draft_tokens = after.value(DRAFTS) - (before.get(DRAFTS) or 0.0)
+            res.accepted_tokens = after.value(ACCEPTED) - (before.get(ACCEPTED) or 0.0)
         res.mean_ttft_ms = _hist_mean_ms(before, after, TTFT)
         res.mean_itl_ms = _hist_mean_ms(before, after, ITL)
         if res.running or res.waiting:
@@ -467,6 +475,9 @@ def render_soak(res: SoakResult) -> Any:
               f"{fmt(res.cancelled)} / {fmt(res.rejected)} / {fmt(res.succeeded)}")
     t.add_row("server: mean TTFT / ITL",
               f"{fmt(res.mean_ttft_ms, '.1f')} ms / {fmt(res.mean_itl_ms, '.2f')} ms")
+    if res.draft_tokens is not None:
+        t.add_row("server: draft tokens accepted",
+                  f"{fmt(res.accepted_tokens)} of {fmt(res.draft_tokens)}")
     t.add_row("drained", f"{res.drained} (running {fmt(res.running)}, waiting "
               f"{fmt(res.waiting)})")
     leak = res.kv_blocks_used not in (None, 0)
