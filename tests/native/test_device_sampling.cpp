@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "drafters.h"
 #include "engine/engine.h"
 #include "harness.h"
 #include "model/sample_pack.h"
@@ -202,26 +203,6 @@ void test_seeds_counters_and_masks() {
   CHECK(seen[0] + seen[1] + seen[2] == 20 && (seen[0] < 20 && seen[1] < 20 && seen[2] < 20));
 }
 
-// Proposes the next tokens of a known continuation while the sequence follows it.
-class Oracle : public Drafter {
- public:
-  explicit Oracle(std::vector<int32_t> ref) : ref_(std::move(ref)) {}
-  void append(int32_t t) override {
-    on_ = on_ && n_ < ref_.size() && ref_[n_] == t;
-    ++n_;
-  }
-  std::vector<int32_t> propose(int k) const override {
-    if (!on_ || n_ >= ref_.size()) return {};
-    return {ref_.begin() + static_cast<std::ptrdiff_t>(n_),
-            ref_.begin() + static_cast<std::ptrdiff_t>(std::min(ref_.size(), n_ + k))};
-  }
-
- private:
-  std::vector<int32_t> ref_;
-  size_t n_ = 0;
-  bool on_ = true;
-};
-
 // Speculation on the device: every row of a sequence's drafts is sampled with the counter
 // and penalty counts of its position as if the drafts before it were accepted, so a draft
 // is accepted iff the draw at its position equals it; greedy and sampled requests (with
@@ -259,7 +240,9 @@ void test_speculation() {
       EngineOptions o;
       o.draft_tokens = 4;
       if (oracle)
-        o.drafter = [&](const GenerationRequest&, int) { return std::make_unique<Oracle>(ref); };
+        o.drafter = [&](const GenerationRequest&, int) {
+          return std::make_unique<OracleDrafter>(ref);
+        };
       GenerationRequest sr = r;
       if (!r.constraints.empty())
         sr.constraints = {std::make_shared<OnlyTokens>(std::vector<int32_t>{0, 7, 11})};

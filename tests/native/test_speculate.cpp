@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "drafters.h"
 #include "engine/engine.h"
 #include "engine/ngram.h"
 #include "engine/sampling.h"
@@ -176,45 +177,6 @@ void test_verify() {
     check_verify(row, p, kDraws, 0, &q, what + ", drafts from q");
   }
 }
-
-// Proposes the next tokens of `ref` (a sequence's prompt and its plain output) while what
-// was appended is a prefix of it; nothing once they diverge.
-class OracleDrafter : public Drafter {
- public:
-  explicit OracleDrafter(std::vector<int32_t> ref) : ref_(std::move(ref)) {}
-  void append(int32_t t) override {
-    on_track_ = on_track_ && n_ < ref_.size() && ref_[n_] == t;
-    ++n_;
-  }
-  std::vector<int32_t> propose(int k) const override {
-    if (!on_track_ || n_ >= ref_.size()) return {};
-    return {ref_.begin() + static_cast<std::ptrdiff_t>(n_),
-            ref_.begin() + static_cast<std::ptrdiff_t>(std::min(ref_.size(), n_ + k))};
-  }
-
- private:
-  std::vector<int32_t> ref_;
-  size_t n_ = 0;
-  bool on_track_ = true;
-};
-
-// 0..k random tokens (0 about a third of the time; `always`: k of them): rejected almost
-// always.
-class RandomDrafter : public Drafter {
- public:
-  explicit RandomDrafter(uint64_t seed, bool always = false) : rng_(seed), always_(always) {}
-  void append(int32_t) override {}
-  std::vector<int32_t> propose(int k) const override {
-    const int n = always_ ? k : static_cast<int>(rng_() % 3 == 0 ? 0 : rng_() % (k + 1));
-    std::vector<int32_t> d(n);
-    for (int32_t& t : d) t = static_cast<int32_t>(rng_() % kVocab);
-    return d;
-  }
-
- private:
-  mutable std::mt19937_64 rng_;
-  bool always_;
-};
 
 // Requests whose prompts repeat themselves (so n-gram lookup finds matches), of mixed
 // lengths, greedy and sampled (temperature, top_p, top_k, min_p, seeds), some with
