@@ -151,7 +151,7 @@ def build_model(directory: Path, examples: int, epochs: int) -> Path:
     return directory
 
 
-def _prompt_text(ckpt: Path, user: str) -> str:
+def _prompt_text(user: str) -> str:
     from ninfer.demo import chat_templates, train
 
     return train.render(chat_templates.DEMO_TEMPLATE, [{"role": "user", "content": user}],
@@ -159,21 +159,21 @@ def _prompt_text(ckpt: Path, user: str) -> str:
 
 
 def ninfer_round(out_dir: Path, spec: str, prompts: list[str], threads: int,
-                 max_tokens: int) -> list[dict[str, Any]]:
+                 max_tokens: int) -> tuple[list[dict[str, Any]], Any]:
+    """The responses, one per prompt, and the server's metrics after them."""
+    from ninfer.bench.common import parse_metrics
     from ninfer.runtime import Server
 
     with Server(out_dir, threads=threads, extra_args=("--spec", spec)) as srv:
+        model = srv.client.get("/v1/models").json()["data"][0]["id"]
         res = []
         for p in prompts:
             r = srv.client.post("/v1/completions", json={
-                "model": srv.client.get("/v1/models").json()["data"][0]["id"], "prompt": p,
-                "max_tokens": max_tokens, "temperature": 0}, timeout=600)
+                "model": model, "prompt": p, "max_tokens": max_tokens, "temperature": 0},
+                timeout=600)
             r.raise_for_status()
             res.append(r.json())
-        metrics = srv.client.get("/metrics").text
-    for r in res:
-        r["_metrics"] = metrics
-    return res
+        return res, parse_metrics(srv.client.get("/metrics").text)
 
 
 def llamacpp_round(gguf: Path, prompts: list[str], threads: int, max_tokens: int,
@@ -219,7 +219,7 @@ def main() -> None:
                                  spec="ngram", max_draft_tokens=args.draft_tokens,
                                  kv_dtype="f16", python_module=False))
     held = tasks(TEST_SEED, args.prompts)
-    prompts = [_prompt_text(ckpt, q) for _, q, _ in held]
+    prompts = [_prompt_text(q) for _, q, _ in held]
     gguf = None
     if not args.no_llamacpp:
         from ninfer.bench.gguf_export import export_gguf
@@ -233,16 +233,16 @@ def main() -> None:
     for rnd in range(args.rounds):
         for side in sides:
             if side in ("plain", "ngram"):
-                res = ninfer_round(out, "none" if side == "plain" else "ngram", prompts,
-                                   args.threads, args.max_tokens)
+                res, metrics = ninfer_round(out, "none" if side == "plain" else "ngram",
+                                            prompts, args.threads, args.max_tokens)
                 items = [(r["choices"][0]["text"], r["usage"]["completion_tokens"],
                           r["timings"]["predicted_ms"] / 1000) for r in res]
                 if side == "ngram":
                     t = [r["timings"] for r in res]
                     d, a = sum(x["draft_n"] for x in t), sum(x["draft_accepted_n"] for x in t)
-                    m = res[-1]["_metrics"]
-                    pos = [float(v) for v in re.findall(
-                        r'accepted_tokens_per_pos\{position="\d+"\} (\S+)', m)]
+                    pos = [metrics.value(
+                        "ninfer:spec_decode_num_accepted_tokens_per_pos_total",
+                        position=str(i)) for i in range(args.draft_tokens)]
                     accept_line = (f"drafts {d}, accepted {a} ({100 * a / max(d, 1):.0f}%), "
                                    "per position " + " ".join(
                                        f"{v / max(pos[0] if pos else 1, 1):.2f}" for v in pos))

@@ -11,7 +11,6 @@ run against the fake model in tests/native/test_speculate.cpp.
 
 from __future__ import annotations
 
-import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import MAX_CONTEXT, PREFILL_CHUNK, TEST_MODELS, CompiledModel, compile_once
+from ninfer.bench.common import parse_metrics
 
 CONCURRENCY = 4
 DRAFTS = 4
@@ -64,12 +64,6 @@ def _batch(srv: Any, prompts: list[str], n: int) -> list[dict[str, Any]]:
         return list(pool.map(lambda p: _complete(srv, p), prompts))
 
 
-def _metric(text: str, name: str) -> float:
-    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-    assert m, f"{name} missing from /metrics"
-    return float(m.group(1))
-
-
 def test_greedy_outputs_are_the_same_with_and_without_drafts(spec_model):
     from ninfer.runtime import Server
 
@@ -88,16 +82,16 @@ def test_greedy_outputs_are_the_same_with_and_without_drafts(spec_model):
                 assert 0 <= t["draft_accepted_n"] <= t["draft_n"]
                 drafted += t["draft_n"]
                 accepted += t["draft_accepted_n"]
-        metrics = srv.client.get("/metrics").text
+        metrics = parse_metrics(srv.client.get("/metrics").text)
     assert drafted > 0 and accepted > 0, (drafted, accepted)
-    assert _metric(metrics, "ninfer:spec_decode_num_draft_tokens_total") == drafted
-    assert _metric(metrics, "ninfer:spec_decode_num_accepted_tokens_total") == accepted
-    per_pos = [_metric(metrics, f'ninfer:spec_decode_num_accepted_tokens_per_pos{{position="{i}"}}')
-               for i in range(DRAFTS)]
+    assert metrics.value("ninfer:spec_decode_num_draft_tokens_total") == drafted
+    assert metrics.value("ninfer:spec_decode_num_accepted_tokens_total") == accepted
+    per_pos = [metrics.value("ninfer:spec_decode_num_accepted_tokens_per_pos_total",
+                             position=str(i)) for i in range(DRAFTS)]
     # a proposal accepts at position 0 at most once
     assert sum(per_pos) == accepted
-    assert per_pos[0] <= _metric(metrics, "ninfer:spec_decode_num_drafts_total")
-    assert _metric(metrics, "ninfer:kv_blocks_used") == 0
+    assert per_pos[0] <= metrics.value("ninfer:spec_decode_num_drafts_total")
+    assert metrics.value("ninfer:kv_blocks_used") == 0
 
 
 def test_seeded_sampled_requests_give_the_tokens_of_plain_decoding(spec_model):

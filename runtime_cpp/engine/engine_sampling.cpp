@@ -146,14 +146,13 @@ bool Engine::verify_drafts(Seq& s, int first, double now, const std::vector<std:
   const int vocab = model_.info().vocab_size;
   const std::vector<int32_t> drafts = s.drafts;
   const int d = static_cast<int>(drafts.size());
-  Metrics* metrics = metrics_;
   int verified = 0, accepted = 0;  // drafts decided (not those after a finishing token)
   for (int j = 0; j <= d; ++j) {
     if (j > 0)  // the step's prepare() covered the first row
       for (const auto& c : s.constraints) c->prepare();
     TokenLogprob lp;
     TokenLogprob* want = req.logprobs >= 0 ? &lp : nullptr;
-    bool ok = false;
+    bool ok = false;  // draft j accepted (never for the last row, which has no draft)
     int32_t token;
     if (errors) {  // sampled on the device, each row with its own counter: compare
       if (!(*errors)[first + j].empty()) throw std::runtime_error((*errors)[first + j]);
@@ -166,23 +165,22 @@ bool Engine::verify_drafts(Seq& s, int first, double now, const std::vector<std:
       token = sample_host(s, logits_.data() + static_cast<size_t>(first + j) * vocab, want,
                           j < d ? &drafts[j] : nullptr, &ok);
     }
-    const bool take = j < d && ok;
     if (j < d) {
       ++verified;
       ++s.draft_n;
     }
-    if (take) {
+    if (ok) {
       ++accepted;
       ++s.draft_accepted_n;
     }
     if (on_token(s, token, want, now, /*first_in_step=*/j == 0)) {  // finished: s is gone
-      if (metrics) metrics->observe_drafts(verified, accepted);
+      if (metrics_) metrics_->observe_drafts(verified, accepted);
       return true;
     }
-    if (!take) break;
+    if (!ok) break;
     sched_.accept_draft(&s);
   }
-  if (metrics) metrics->observe_drafts(verified, accepted);
+  if (metrics_) metrics_->observe_drafts(verified, accepted);
   sched_.drop_rejected(&s);
   return false;
 }

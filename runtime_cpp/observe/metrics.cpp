@@ -190,8 +190,8 @@ void Metrics::enable_spec(int max_drafts) {
   counter("ninfer:spec_decode_num_drafts_total", "Number of spec decoding drafts.", "", 0);
   counter("ninfer:spec_decode_num_draft_tokens_total", "Number of draft tokens.", "", 0);
   counter("ninfer:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", "", 0);
-  counter("ninfer:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-          "position", max_drafts);
+  counter("ninfer:spec_decode_num_accepted_tokens_per_pos_total",
+          "Accepted tokens per draft position.", "position", max_drafts);
 }
 
 void Metrics::observe_drafts(int drafts, int accepted) {
@@ -200,7 +200,7 @@ void Metrics::observe_drafts(int drafts, int accepted) {
   family("ninfer:spec_decode_num_drafts_total").values[""] += 1;
   family("ninfer:spec_decode_num_draft_tokens_total").values[""] += drafts;
   family("ninfer:spec_decode_num_accepted_tokens_total").values[""] += accepted;
-  Family& per_pos = family("ninfer:spec_decode_num_accepted_tokens_per_pos");
+  Family& per_pos = family("ninfer:spec_decode_num_accepted_tokens_per_pos_total");
   for (int i = 0; i < accepted; ++i) per_pos.values[std::to_string(i)] += 1;
 }
 

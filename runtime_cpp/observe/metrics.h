@@ -27,7 +27,7 @@
 //                                                             (a sequence's drafts in a step)
 //   ninfer:spec_decode_num_draft_tokens_total        counter  draft tokens verified
 //   ninfer:spec_decode_num_accepted_tokens_total     counter  draft tokens accepted
-//   ninfer:spec_decode_num_accepted_tokens_per_pos{position="0".."K-1"}  counter
+//   ninfer:spec_decode_num_accepted_tokens_per_pos_total{position="0".."K-1"}  counter
 #pragma once
 
 #include <cstdint>

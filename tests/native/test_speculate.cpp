@@ -288,7 +288,7 @@ void test_draft_budget() {
   a.drafts = {1, 2, 3, 4, 5, 6};
   p = sched.plan();  // b prefilling: a row is kept for it, whatever the drafts
   CHECK(p.chunks.size() == 2 && p.chunks[1].seq == &b && p.chunks[1].count >= 1);
-  CHECK(p.rows == 6 && p.chunks[0].count == 1 + p.chunks[0].drafts);
+  CHECK(p.rows == 6 && p.chunks[0].count == 1 + p.chunks[0].drafts && p.chunks[0].drafts == 1);
   sched.remove(&a);
   sched.remove(&b);
   CHECK(sched.kv().used() == 0);
@@ -362,7 +362,8 @@ void test_same_as_plain() {
         if (accepted != drafted)
           fail(what + ": " + std::to_string(accepted) + " of " + std::to_string(drafted) +
                " oracle drafts accepted");
-        CHECK(metric(text, "ninfer:spec_decode_num_accepted_tokens_per_pos{position=\"3\"}") > 0);
+        CHECK(metric(text, "ninfer:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"}") >
+              0);
       }
       if (src == Source::kRandom) CHECK(accepted < drafted);
     }
