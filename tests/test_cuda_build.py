@@ -326,7 +326,9 @@ def test_hybrid_compiles_verifies_and_links_for_every_gpu_target(hybrid_verified
     assert memory["state_slots"] == 4 + 1
     model_cpp = (out / "src" / "model.cpp").read_text()
     assert "constexpr int kStateSlots = 5;" in model_cpp
-    assert "real ? b.slots[i] : kStateSlots - 1" in model_cpp
+    # padding rows run in the spare state slot, saving nothing
+    assert "stage_state_[i] = !real ? kStateSlots - 1 :" in model_cpp
+    assert "stage_save_[i] = real && b.save_slots ? b.save_slots[i] : -1;" in model_cpp
     assert "coop_proj_k128_n8(" in model_cpp  # [b|a]: 2 x 4 value heads
     if name in HYBRID_LINKED:
         assert (out / "ninfer-server").exists()

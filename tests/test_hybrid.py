@@ -215,11 +215,14 @@ def test_memory_plan_counts_the_state_and_only_attention_layers_hold_kv(qwen35_m
     assert gpu.memory.state_slots == 9
     assert gpu.memory.state_bytes == 9 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
     assert gpu.kernels["gdn_recurrent"].max_seqs == gpu.kernels["gdn_conv"].max_seqs == 9
-    # speculation needs per-draft-position state slots, not built yet: refused, not wrong
-    spec = ServeLimits(max_context=256, prefill_chunk=16, max_concurrency=8, kv_dtype="f32",
+    # speculation: each sequence also keeps the states after a verify step's draft rows,
+    # 1 + max_draft_tokens slots per sequence
+    spec = ServeLimits(max_context=256, prefill_chunk=64, max_concurrency=8, kv_dtype="f32",
                        spec="ngram", max_draft_tokens=4)
-    with pytest.raises(PlanError, match="--spec ngram: speculation on hybrid"):
-        make_plan(graph, load_target("cpu"), spec)
+    cpu = make_plan(graph, load_target("cpu"), spec)
+    assert cpu.memory.state_slots == 8 * 5 == cpu.kernels["gdn_recurrent"].max_seqs
+    assert cpu.memory.state_bytes == 40 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
+    assert make_plan(graph, load_target("rtx4080s"), spec).memory.state_slots == 41
 
 
 def test_every_layer_sparse_qwen35_moe_matches_transformers(qwen35moe_model):

@@ -62,8 +62,9 @@ console = Console(stderr=True)
               type=click.Choice(["none", "ngram", "mtp"]),
               help="Speculative decoding the step programs are sized for: ngram (prompt "
                    "lookup: drafts copied from the sequence's own earlier tokens) or mtp (the "
-                   "checkpoint's multi-token-prediction head; not built yet). Dense models, "
-                   "cpu and CUDA targets. The server's --spec turns it on or off.")
+                   "checkpoint's multi-token-prediction head; not built yet). Dense and "
+                   "hybrid models (these keep 1 + max draft tokens recurrent-state slots per "
+                   "sequence), cpu and CUDA targets. The server's --spec turns it on or off.")
 @click.option("--max-draft-tokens", type=click.IntRange(1, 16),
               help="Most draft tokens per sequence and step (default: 4 for ngram, 3 for "
                    "mtp); a step returns up to max concurrency x (1 + this) logits rows.")

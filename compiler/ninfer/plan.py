@@ -189,8 +189,8 @@ class MemoryPlan:
     workspace_bytes: int
     budget_bytes: int
     # hybrid models: the recurrent state of every sequence slot (conv and SSM state of
-    # each Gated DeltaNet layer, float32), in state_slots slots (the sequences, plus the
-    # padding rows' slot on CUDA)
+    # each Gated DeltaNet layer, float32), in state_slots slots (1 + max_draft_tokens per
+    # sequence, plus the padding rows' slot on CUDA)
     state_bytes: int = 0
     state_slots: int = 0
 
@@ -290,10 +290,6 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     if limits.gdn_prefill == "chunked" and not hybrid:
         raise PlanError("--gdn-prefill chunked: this model has no Gated DeltaNet layers "
                         "(only the hybrid Qwen3.5 / Qwen3-Next families do)")
-    if hybrid and limits.spec != "none":
-        raise PlanError(f"--spec {limits.spec}: speculation on hybrid (Gated DeltaNet) models "
-                        "needs the recurrent state kept per draft position, which is not "
-                        "built yet; compile this model without --spec")
     attn_layers = len(hybrid.attention_layers) if hybrid else cfg.num_layers
     rotary = graph.rope_dims
 
@@ -303,10 +299,11 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                "act": inter}
     chunk, conc = limits.prefill_chunk, limits.max_concurrency
     state_bytes = 0
-    # Recurrent-state slots: one per sequence, plus on CUDA the slot of the padding rows
-    # of a replayed step graph (a padding row is at position 0, which would otherwise
-    # reset the state of the slot it names).
-    state_slots = conc + (1 if target.is_cuda else 0)
+    # Recurrent-state slots: 1 + max_draft_tokens per sequence (the current state and,
+    # with speculation, the states after a verify step's rows until one is accepted), plus
+    # on CUDA the slot of the padding rows of a replayed step graph (a padding row is at
+    # position 0, which would otherwise reset the state of the slot it names).
+    state_slots = conc * (1 + limits.max_draft_tokens) + (1 if target.is_cuda else 0)
     if hybrid:
         buffers |= {"qgate": q_dim, "gdn_in": hybrid.conv_dim, "gdn_mixed": hybrid.conv_dim,
                     "gdn_z": hybrid.value_width, "gdn_ba": 2 * hybrid.v_heads,

@@ -69,11 +69,11 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
     throw std::logic_error("engine options: " + std::to_string(draft_tokens_) +
                            " draft tokens; the model was compiled for " +
                            std::to_string(info.max_draft_tokens));
+  if (info.state_slots > 0 && info.state_slots != info.max_concurrency * info.state_group())
+    throw std::logic_error("model info: " + std::to_string(info.state_slots) + " state slots for " +
+                           std::to_string(info.max_concurrency) + " sequence slots of " +
+                           std::to_string(info.state_group()) + " each");
   if (draft_tokens_ > 0) {
-    if (info.state_slots > 0)  // a rejected draft would leave its trace in the state
-      throw std::logic_error(
-          "engine options: speculative decoding of a model with recurrent "
-          "state needs per-position state slots");
     NgramDrafter check(ngram_min_, ngram_max_);  // throws std::invalid_argument
     if (metrics_) metrics_->enable_spec(draft_tokens_);
   }
@@ -81,6 +81,10 @@ Engine::Engine(Model& model, const Tokenizer& tokenizer, std::vector<int32_t> eo
   tokens_.resize(info.prefill_chunk);
   positions_.resize(info.prefill_chunk);
   slots_.resize(info.prefill_chunk);
+  if (info.state_slots > 0) {
+    state_slots_.resize(info.prefill_chunk);
+    save_slots_.resize(info.prefill_chunk);
+  }
   logit_rows_.resize(info.logit_rows());
   if (model.samples_on_device()) {
     sample_rows_.resize(info.logit_rows());
@@ -125,8 +129,8 @@ void Engine::publish() {
   if (metrics_) {
     metrics_->set_requests(running, waiting + incoming);
     metrics_->set_kv_blocks(sched_.kv().used(), sched_.kv().total());
-    if (model_.info().state_slots > 0)
-      metrics_->set_state_slots(running, model_.info().state_slots);
+    if (model_.info().state_slots > 0)  // a running sequence holds its slot's whole group
+      metrics_->set_state_slots(running * model_.info().state_group(), model_.info().state_slots);
   }
 }
 
@@ -265,12 +269,22 @@ int Engine::prefill_limit() const {
 void Engine::run_step(StepPlan& plan) {
   const ModelInfo& info = model_.info();
   int row = 0, n_logits = 0;
+  const int group = info.state_group();
   for (const Chunk& c : plan.chunks) {
     const int real = c.count - c.drafts;  // rows of tokens; then the drafts after them
+    const int base = c.seq->slot * group;
     for (int i = 0; i < c.count; ++i, ++row) {
       tokens_[row] = i < real ? c.seq->tokens[c.start + i] : c.seq->drafts[i - real];
       positions_[row] = c.start + i;
       slots_[row] = c.seq->slot;
+      if (group > 0) {
+        // The state after the last token (j = 0) and after each draft but the last goes to
+        // the group's next slots: verify_drafts makes the accepted one current.
+        const int j = i - (real - 1);
+        state_slots_[row] = base + c.seq->state_index;
+        save_slots_[row] =
+            j >= 0 && j < c.drafts ? base + (c.seq->state_index + 1 + j) % group : -1;
+      }
     }
     if (c.logits)  // the last token's row, and each draft's
       for (int i = c.drafts; i >= 0; --i) logit_rows_[n_logits++] = row - 1 - i;
@@ -284,6 +298,10 @@ void Engine::run_step(StepPlan& plan) {
   batch.block_tables = block_tables_.data();
   batch.n_logits = n_logits;
   batch.logit_rows = logit_rows_.data();
+  if (group > 0) {
+    batch.state_slots = state_slots_.data();
+    batch.save_slots = save_slots_.data();
+  }
   // Constraints may compute their next mask while the step runs (constraint.h).
   for (const Chunk& c : plan.chunks)
     if (c.logits)

@@ -157,6 +157,7 @@ class Engine {
   std::vector<SampledToken> sampled_;
   std::unordered_map<int32_t, int> edit_index_;  // token -> its edit in the row being built
   std::vector<int32_t> tokens_, positions_, slots_, block_tables_, logit_rows_;
+  std::vector<int32_t> state_slots_, save_slots_;  // models with recurrent state
   // Step cost model for max_decode_slowdown: a decode-only step, and each prompt row
   // on top of one (exponential moving averages of measured step times).
   double decode_step_ms_ = 0, prompt_row_ms_ = 0;

@@ -182,6 +182,10 @@ bool Engine::verify_drafts(Seq& s, int first, double now, const std::vector<std:
   }
   if (metrics_) metrics_->observe_drafts(verified, accepted);
   sched_.drop_rejected(&s);
+  // The recurrent state after the last accepted row was saved in the group's slot after
+  // the current one by 1 + accepted (run_step); after every draft it is the current one.
+  if (const int group = model_.info().state_group(); group > 0 && accepted < d)
+    s.state_index = (s.state_index + 1 + accepted) % group;
   return false;
 }
 

@@ -51,6 +51,9 @@ struct Sequence {
   // blocks for, and plan() cuts this to those). They are not part of `tokens` until the
   // model's verification accepts them.
   std::vector<int32_t> drafts;
+  // Models with recurrent state: which state slot of its slot's group holds the sequence's
+  // state (ModelInfo::state_slots; the engine moves it to the accepted draft's).
+  int state_index = 0;
   int pending() const { return static_cast<int>(tokens.size()) - num_computed; }
 };
 

@@ -34,10 +34,13 @@ struct ModelInfo {
   int blocks_per_seq = 0;         // block-table width: max_context / kv_block_size
   size_t kv_bytes_per_block = 0;  // all layers, keys and values
   std::string kv_dtype = "f32";   // KV-cache format (ninfer.kv_formats)
-  // Recurrent-state slots (hybrid models: the Gated DeltaNet conv and SSM state of every
-  // sequence slot, max_concurrency of them; 0 for a model without recurrent state). A
-  // sequence's state lives in its slot and starts from zeros at position 0, so a model
-  // with state cannot continue a sequence from KV blocks another sequence computed.
+  // Recurrent-state slots (hybrid models: the Gated DeltaNet conv and SSM state; 0 for a
+  // model without recurrent state): 1 + max_draft_tokens per sequence slot, sequence slot
+  // s owning state slots s * (1 + max_draft_tokens) ... (state_group()). A sequence's state
+  // lives in one of its slot's state slots (StepBatch::state_slots) and starts from zeros
+  // at position 0, so a model with state cannot continue a sequence from KV blocks another
+  // sequence computed. The others keep the states after a verify step's rows
+  // (StepBatch::save_slots) until the accepted one becomes current.
   int state_slots = 0;
   // Positions at which a prompt's steps should end (SchedulerConfig::prefill_align): a
   // model whose results depend on where a prompt is cut (the chunked Gated DeltaNet
@@ -52,6 +55,7 @@ struct ModelInfo {
   std::string spec = "none";
   int max_draft_tokens = 0;
   int logit_rows() const { return max_logit_rows > 0 ? max_logit_rows : max_concurrency; }
+  int state_group() const { return state_slots > 0 ? 1 + max_draft_tokens : 0; }
 };
 
 // One step. Rows of one sequence should be contiguous with consecutive positions.
@@ -67,6 +71,15 @@ struct StepBatch {
   const int32_t* block_tables = nullptr;
   int n_logits = 0;                     // rows whose logits are returned, 0..max_logit_rows
   const int32_t* logit_rows = nullptr;  // [n_logits] row indices into this step
+  // Models with recurrent state (ModelInfo::state_slots > 0), else ignored:
+  // [n] the state slot each row reads and updates in place, one per sequence of the step,
+  // in its sequence slot's group (nullptr: the group's first). A row at position 0 starts
+  // it from zeros.
+  const int32_t* state_slots = nullptr;
+  // [n] -1, or a state slot of the row's group that no row of the step updates: it receives
+  // a copy of the state after the row (a draft row's state, kept so that the engine can
+  // make it current if the verification stops there). nullptr: none.
+  const int32_t* save_slots = nullptr;
 };
 
 // Device sampling (Model::samples_on_device): what the engine's host sampler

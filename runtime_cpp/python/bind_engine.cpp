@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,49 @@ class PyEngine {
     return out;
   }
 
+  // One Model::step as the engine runs it (model.h's StepBatch): rows of several sequences,
+  // their slots' block tables [max_concurrency x blocks_per_seq], and for models with
+  // recurrent state each row's state slot and save slot (empty: the defaults). Returns the
+  // logits of `logit_rows` [len x vocab]. For tests of the step contract (speculative
+  // decoding's verify steps).
+  py::array_t<float> step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
+                          const std::vector<int32_t>& slots,
+                          const std::vector<int32_t>& block_tables,
+                          const std::vector<int32_t>& logit_rows,
+                          const std::vector<int32_t>& state_slots,
+                          const std::vector<int32_t>& save_slots) {
+    const ModelInfo& info = model_->info();
+    const size_t n = tokens.size();
+    auto need = [](bool ok, const std::string& what) {
+      if (!ok) throw std::invalid_argument("step: " + what);
+    };
+    need(positions.size() == n && slots.size() == n,
+         "tokens, positions and slots differ in length");
+    need(block_tables.size() == size_t(info.max_concurrency) * info.blocks_per_seq,
+         "block_tables needs max_concurrency x blocks_per_seq entries");
+    need(state_slots.empty() || state_slots.size() == n, "state_slots: one per row");
+    need(save_slots.empty() || save_slots.size() == n, "save_slots: one per row");
+    StepBatch b;
+    b.n = static_cast<int>(n);
+    b.tokens = tokens.data();
+    b.positions = positions.data();
+    b.slots = slots.data();
+    b.block_tables = block_tables.data();
+    b.n_logits = static_cast<int>(logit_rows.size());
+    b.logit_rows = logit_rows.data();
+    b.state_slots = state_slots.empty() ? nullptr : state_slots.data();
+    b.save_slots = save_slots.empty() ? nullptr : save_slots.data();
+    py::array_t<float> logits(
+        {static_cast<py::ssize_t>(logit_rows.size()), static_cast<py::ssize_t>(info.vocab_size)});
+    std::vector<float> out(logit_rows.size() * info.vocab_size);
+    {
+      py::gil_scoped_release release;
+      model_->step(b, out.data());
+    }
+    std::copy(out.begin(), out.end(), logits.mutable_data());
+    return logits;
+  }
+
   std::vector<int32_t> encode(const std::string& text, bool add_special) {
     return tokenizer_->encode(text, add_special);
   }
@@ -84,6 +128,12 @@ class PyEngine {
     d["max_context"] = i.max_context;
     d["prefill_chunk"] = i.prefill_chunk;
     d["num_layers"] = i.num_layers;
+    d["max_concurrency"] = i.max_concurrency;
+    d["blocks_per_seq"] = i.blocks_per_seq;
+    d["kv_blocks"] = i.kv_blocks;
+    d["state_slots"] = i.state_slots;
+    d["state_group"] = i.state_group();
+    d["max_draft_tokens"] = i.max_draft_tokens;
     d["backend"] = backend::describe();
     return d;
   }
@@ -111,6 +161,12 @@ void ninfer_bind_engine(py::module_& m) {
            "Run tokens at positions pos0.. and return the last position's logits")
       .def("generate_greedy", &ninfer::PyEngine::generate_greedy, py::arg("prompt"),
            py::arg("max_new_tokens"), py::arg("eos_token_ids") = std::vector<int32_t>{})
+      .def("step", &ninfer::PyEngine::step, py::arg("tokens"), py::arg("positions"),
+           py::arg("slots"), py::arg("block_tables"), py::arg("logit_rows"),
+           py::arg("state_slots") = std::vector<int32_t>{},
+           py::arg("save_slots") = std::vector<int32_t>{},
+           "One step of rows of several sequences (model.h's StepBatch); the logits of "
+           "logit_rows")
       .def("encode", &ninfer::PyEngine::encode, py::arg("text"),
            py::arg("add_special_tokens") = true)
       .def("manifest", &ninfer::PyEngine::manifest)

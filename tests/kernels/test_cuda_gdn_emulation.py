@@ -83,6 +83,10 @@ def _rows(max_seqs: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(pos, np.int32), np.array(slot, np.int32)
 
 
+def _no_save(n: int) -> np.ndarray:
+    return np.full(n, -1, np.int32)
+
+
 def _close(got: np.ndarray, want: np.ndarray, tol: float = TOL) -> None:
     assert np.isfinite(got).all()
     err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
@@ -99,11 +103,12 @@ def test_conv_matches_reference(target_name: str, spec: GdnConvSpec) -> None:
     w = (rng.standard_normal((spec.channels, spec.kernel)) * 0.5).astype(np.float32)
     state = rng.standard_normal((spec.max_seqs, spec.kernel - 1, spec.channels)).astype(
         np.float32)
-    want = reference(spec, x, w, pos, slot, state)
-    want_state = gdn_conv_states(spec, x, w, pos, slot, state)
+    save = _no_save(n)
+    want = reference(spec, x, w, pos, slot, save, state)
+    want_state = gdn_conv_states(spec, x, w, pos, slot, save, state)
     out = np.full((n, spec.channels), np.nan, np.float32)
     got_state = state.copy()
-    run_launches(emulated(target_name), spec, [x, w, pos, slot, got_state, out], n)
+    run_launches(emulated(target_name), spec, [x, w, pos, slot, save, got_state, out], n)
     _close(out, want)
     _close(got_state, want_state)
 
@@ -120,11 +125,12 @@ def test_recurrence_matches_reference(target_name: str, spec: GdnRecurrentSpec) 
     g = -np.exp(np.log(rng.uniform(0.01, 4, H))) * np.log1p(np.exp(a + 1.0))
     gb = np.concatenate([g, 1 / (1 + np.exp(-b))], axis=1).astype(np.float32)
     state = rng.standard_normal((spec.max_seqs, H, spec.k_dim, spec.v_dim)).astype(np.float32)
-    want = reference(spec, qkv, gb, pos, slot, state)
-    want_state = gdn_recurrent_states(spec, qkv, gb, pos, slot, state)
+    save = _no_save(n)
+    want = reference(spec, qkv, gb, pos, slot, save, state)
+    want_state = gdn_recurrent_states(spec, qkv, gb, pos, slot, save, state)
     out = np.full((n, H, spec.v_dim), np.nan, np.float32)
     got_state = state.copy()
-    run_launches(emulated(target_name), spec, [qkv, gb, pos, slot, got_state, out], n)
+    run_launches(emulated(target_name), spec, [qkv, gb, pos, slot, save, got_state, out], n)
     _close(out, want)
     _close(got_state, want_state)
 
@@ -141,11 +147,13 @@ def _recurrence_inputs(spec: GdnRecurrentSpec, pos: np.ndarray, rng: np.random.G
 
 
 def _run_recurrence(target_name: str, spec: GdnRecurrentSpec, qkv: np.ndarray, gb: np.ndarray,
-                    pos: np.ndarray, slot: np.ndarray, state: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
+                    pos: np.ndarray, slot: np.ndarray, state: np.ndarray,
+                    save: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     out = np.full((len(pos), spec.v_heads, spec.v_dim), np.nan, np.float32)
     got_state = state.copy()
-    run_launches(emulated(target_name), spec, [qkv, gb, pos, slot, got_state, out], len(pos))
+    save = _no_save(len(pos)) if save is None else save
+    run_launches(emulated(target_name), spec, [qkv, gb, pos, slot, save, got_state, out],
+                 len(pos))
     return out, got_state
 
 
@@ -172,8 +180,8 @@ def test_chunked_recurrence_matches_reference(target_name: str, rows: str,
                                                            np.array(given[1], np.int32))
     qkv, gb, state = _recurrence_inputs(spec, pos, _rng(spec))
     out, got_state = _run_recurrence(target_name, spec, qkv, gb, pos, slot, state)
-    _close(out, reference(spec, qkv, gb, pos, slot, state))
-    _close(got_state, gdn_recurrent_states(spec, qkv, gb, pos, slot, state))
+    _close(out, reference(spec, qkv, gb, pos, slot, _no_save(len(pos)), state))
+    _close(got_state, gdn_recurrent_states(spec, qkv, gb, pos, slot, _no_save(len(pos)), state))
     untouched = sorted(set(range(spec.max_seqs)) - {min(max(s, 0), spec.max_seqs - 1)
                                                     for s in slot})
     assert np.array_equal(got_state[untouched], state[untouched])
@@ -191,8 +199,8 @@ def test_chunked_recurrence_at_27b_head_dims(target_name: str) -> None:
     slot = np.ones(len(pos), np.int32)
     qkv, gb, state = _recurrence_inputs(spec, pos, _rng(spec))
     out, got_state = _run_recurrence(target_name, spec, qkv, gb, pos, slot, state)
-    _close(out, reference(spec, qkv, gb, pos, slot, state))
-    _close(got_state, gdn_recurrent_states(spec, qkv, gb, pos, slot, state))
+    _close(out, reference(spec, qkv, gb, pos, slot, _no_save(len(pos)), state))
+    _close(got_state, gdn_recurrent_states(spec, qkv, gb, pos, slot, _no_save(len(pos)), state))
     row_by_row = replace(spec, chunk=1)
     assert row_by_row in RECURRENT
     want, _ = _run_recurrence(target_name, row_by_row, qkv, gb, pos, slot, state)
@@ -204,6 +212,51 @@ def test_chunked_recurrence_at_27b_head_dims(target_name: str) -> None:
                                   slot[cut:], mid)
     assert np.array_equal(np.concatenate([first, second]), out)
     assert np.array_equal(end, got_state)
+
+
+@pytest.mark.parametrize("target_name", ["h200", "rtx4090"])
+@pytest.mark.parametrize("spec", [*CONV, *RECURRENT, *CHUNKED, CHUNKED_27B],
+                         ids=lambda s: s.name())
+def test_verify_step_saves_each_draft_rows_state(target_name: str, spec: KernelSpec) -> None:
+    """Speculative decoding's verify step: slot 0's last token and its drafts (5 rows at
+    consecutive positions) beside a decode row of slot 1, the states after slot 0's first
+    rows copied into scratch slots, as the float64 reference says; and through the saved
+    rows, bitwise what plain decoding (a launch per row) gives, outputs and saved states
+    (in the chunked kernel a saved row ends its segment, so the engine's draft rows, all
+    saved but the last, run row by row as decode rows do)."""
+    n_seq = spec.max_seqs
+    pos = np.array([20, 21, 22, 23, 24, 9], np.int32)
+    slot = np.array([0, 0, 0, 0, 0, 1], np.int32)
+    save = np.array([n_seq - 1, n_seq - 2 if n_seq > 3 else -1, -1, -1, -1, -1], np.int32)
+    if n_seq <= 2:
+        slot[-1] = 0
+        pos[-1] = 25
+    rng = _rng(spec)
+    if isinstance(spec, GdnConvSpec):
+        x = rng.standard_normal((len(pos), spec.channels)).astype(np.float32)
+        w = (rng.standard_normal((spec.channels, spec.kernel)) * 0.5).astype(np.float32)
+        state = rng.standard_normal((n_seq, spec.kernel - 1, spec.channels)).astype(np.float32)
+        out = np.full((len(pos), spec.channels), np.nan, np.float32)
+        got_state = state.copy()
+        run_launches(emulated(target_name), spec, [x, w, pos, slot, save, got_state, out],
+                     len(pos))
+        _close(out, reference(spec, x, w, pos, slot, save, state))
+        _close(got_state, gdn_conv_states(spec, x, w, pos, slot, save, state))
+        return
+    assert isinstance(spec, GdnRecurrentSpec)
+    qkv, gb, state = _recurrence_inputs(spec, pos, rng)
+    out, got_state = _run_recurrence(target_name, spec, qkv, gb, pos, slot, state, save)
+    _close(out, reference(spec, qkv, gb, pos, slot, save, state))
+    _close(got_state, gdn_recurrent_states(spec, qkv, gb, pos, slot, save, state))
+    # the same bits as plain decoding (one launch per row) through the last saved row (the
+    # rows after it may form a segment of the chunked form), and each saved state
+    carried = state
+    for i in range(int(np.flatnonzero(save >= 0).max()) + 1):
+        one_out, carried = _run_recurrence(target_name, spec, qkv[i:i + 1], gb[i:i + 1],
+                                           pos[i:i + 1], slot[i:i + 1], carried)
+        assert np.array_equal(out[i], one_out[0]), f"row {i}"
+        if save[i] >= 0:
+            assert np.array_equal(got_state[save[i]], carried[slot[i]]), f"state after row {i}"
 
 
 def test_chunked_recurrence_tile_follows_the_targets_shared_memory() -> None:

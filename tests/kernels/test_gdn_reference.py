@@ -183,7 +183,8 @@ def gdn_kernels():  # type: ignore[no-untyped-def]
 
 
 def _gdn_inputs(spec: GdnRecurrentSpec, slots: list[int], rng: np.random.Generator,
-                pos: list[int] | None = None) -> list[np.ndarray]:
+                pos: list[int] | None = None, save: list[int] | None = None
+                ) -> list[np.ndarray]:
     n = len(slots)
     f = np.float32
     g, beta = gdn.gating(rng.standard_normal((n, spec.v_heads)),
@@ -192,37 +193,69 @@ def _gdn_inputs(spec: GdnRecurrentSpec, slots: list[int], rng: np.random.Generat
     return [rng.standard_normal((n, spec.channels)).astype(f),
             np.concatenate([g, beta], axis=1).astype(f),
             np.array(pos or [5] * n, np.int32), np.array(slots, np.int32),
+            np.array(save or [-1] * n, np.int32),
             rng.standard_normal((spec.max_seqs, spec.v_heads, spec.k_dim, spec.v_dim)).astype(f)]
 
 
 @pytest.mark.parametrize("spec", GDN_SPECS, ids=lambda s: s.name())
-@pytest.mark.parametrize(("slots", "pos"), [
-    ([0], None), ([1] * 7, None), ([1, 0, 0, 1, 0, 1, 1, 0], None),
+@pytest.mark.parametrize(("slots", "pos", "save"), [
+    ([0], None, None), ([1] * 7, None, None), ([1, 0, 0, 1, 0, 1, 1, 0], None, None),
     # slot 1 starts a new sequence at its third row, slot 0 at its first
-    ([1, 0, 1, 1, 0, 1], [3, 0, 4, 0, 1, 1]),
+    ([1, 0, 1, 1, 0, 1], [3, 0, 4, 0, 1, 1], None),
     # a prompt run from position 5 across chunk boundaries (segments 3, 8, 8, 16, ...), a
     # decode row of slot 0 in between, slot 2 restarting at 0 with a run of 21
-    ([1] * 27 + [0] + [1] * 14 + [2] * 21, [*range(5, 32), 40, *range(32, 46), *range(21)])],
-    ids=["decode", "prefill", "mixed", "restart", "chunks"])
+    ([1] * 27 + [0] + [1] * 14 + [2] * 21, [*range(5, 32), 40, *range(32, 46), *range(21)],
+     None),
+    # a verify step: slot 0's last token and 4 drafts, the states after the first two kept
+    # in slots 1 and 2 (clamped to 1 in a 2-slot pool)
+    ([0] * 5, [*range(9, 14)], [1, 2, -1, -1, -1])],
+    ids=["decode", "prefill", "mixed", "restart", "chunks", "verify"])
 def test_gdn_recurrent_kernel_matches_reference(gdn_kernels, spec: GdnRecurrentSpec,  # type: ignore[no-untyped-def]
-                                                slots: list[int], pos: list[int] | None) -> None:
+                                                slots: list[int], pos: list[int] | None,
+                                                save: list[int] | None) -> None:
     import tvm
 
     from ninfer.kernels import reference
     from ninfer.kernels.reference import gdn_recurrent_states
 
-    inputs = _gdn_inputs(spec, slots, np.random.default_rng(len(slots) + spec.k_dim), pos)
+    inputs = _gdn_inputs(spec, slots, np.random.default_rng(len(slots) + spec.k_dim), pos, save)
     want_out = reference(spec, *inputs)
     want_state = gdn_recurrent_states(spec, *inputs)
     args = [tvm.runtime.tensor(a) for a in inputs]
     out = tvm.runtime.tensor(np.full(want_out.shape, np.nan, np.float32))
     gdn_kernels[spec.name()](*args, out)
-    for got, want, what in ((out.numpy(), want_out, "out"), (args[4].numpy(), want_state,
+    for got, want, what in ((out.numpy(), want_out, "out"), (args[5].numpy(), want_state,
                                                               "state")):
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert err < 2e-6, f"{spec.name()} {what}: relative error {err:.3g}"
-    untouched = sorted(set(range(spec.max_seqs)) - set(slots))
-    assert np.array_equal(args[4].numpy()[untouched], inputs[4][untouched])
+    written = {min(s, spec.max_seqs - 1) for s in slots + [v for v in save or [] if v >= 0]}
+    untouched = sorted(set(range(spec.max_seqs)) - written)
+    assert np.array_equal(args[5].numpy()[untouched], inputs[5][untouched])
+
+
+@pytest.mark.parametrize("spec", [*GDN_SPECS[2:], CHUNKED_27B], ids=lambda s: s.name())
+def test_saved_states_are_the_bits_of_decoding_row_by_row(gdn_kernels,  # type: ignore[no-untyped-def]
+                                                          spec: GdnRecurrentSpec) -> None:
+    """Speculative decoding's verify step: a sequence's last token and 3 drafts in one call,
+    the state after each of the first three rows saved into slot 1. Each saved state, and
+    every output row, is bitwise what plain decoding (one row per call) gives at that point,
+    even in the chunked kernel (a saved row ends its segment, so these run row by row), so
+    accepting j drafts continues exactly as plain decoding would."""
+    pos = [*range(40, 44)]
+    for j in range(3):  # the state after row j goes to slot 1
+        save = [-1] * 4
+        save[j] = 1
+        inputs = _gdn_inputs(spec, [0] * 4, np.random.default_rng(7), pos, save)
+        out, state = _run_gdn(gdn_kernels, spec, inputs)
+        plain_state, plain_out = inputs[5], []
+        for i in range(4):
+            o, plain_state = _run_gdn(gdn_kernels, spec, [a[i:i + 1] for a in inputs[:4]]
+                                      + [np.array([-1], np.int32), plain_state])
+            plain_out.append(o[0])
+            if i == j:
+                assert np.array_equal(state[1], plain_state[0]), f"state after row {j}"
+        assert np.array_equal(out, np.stack(plain_out))
+        assert np.array_equal(state[0], plain_state[0])
 
 
 def _run_gdn(ex, spec: GdnRecurrentSpec, inputs: list[np.ndarray]  # type: ignore[no-untyped-def]
@@ -233,7 +266,7 @@ def _run_gdn(ex, spec: GdnRecurrentSpec, inputs: list[np.ndarray]  # type: ignor
     out = tvm.runtime.tensor(np.full((len(inputs[0]), spec.v_heads, spec.v_dim), np.nan,
                                      np.float32))
     ex[spec.name()](*args, out)
-    return out.numpy(), args[4].numpy()
+    return out.numpy(), args[5].numpy()
 
 
 def test_chunked_delta_rule_matches_the_recurrence_at_27b_head_dims(gdn_kernels) -> None:  # type: ignore[no-untyped-def]
@@ -254,22 +287,26 @@ def test_chunked_delta_rule_matches_the_recurrence_at_27b_head_dims(gdn_kernels)
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert err < 2e-6, f"{what}: relative error {err:.3g}"
     cut = 64 - 37
-    first, mid = _run_gdn(gdn_kernels, spec, [a[:cut] for a in inputs[:4]] + [inputs[4]])
-    second, end = _run_gdn(gdn_kernels, spec, [a[cut:] for a in inputs[:4]] + [mid])
+    first, mid = _run_gdn(gdn_kernels, spec, [a[:cut] for a in inputs[:5]] + [inputs[5]])
+    second, end = _run_gdn(gdn_kernels, spec, [a[cut:] for a in inputs[:5]] + [mid])
     assert np.array_equal(np.concatenate([first, second]), out)
     assert np.array_equal(end, state)
     # cut inside a chunk instead: still the same rule, not the same bits
-    first, mid = _run_gdn(gdn_kernels, spec, [a[:50] for a in inputs[:4]] + [inputs[4]])
-    second, end = _run_gdn(gdn_kernels, spec, [a[50:] for a in inputs[:4]] + [mid])
+    first, mid = _run_gdn(gdn_kernels, spec, [a[:50] for a in inputs[:5]] + [inputs[5]])
+    second, end = _run_gdn(gdn_kernels, spec, [a[50:] for a in inputs[:5]] + [mid])
     np.testing.assert_allclose(np.concatenate([first, second]), out, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("spec", CONV_SPECS, ids=lambda s: s.name())
-@pytest.mark.parametrize(("slots", "pos"), [
-    ([2], None), ([0] * 6, None), ([1, 0, 0, 1, 2, 1, 1, 0], None),
-    ([0, 1, 0, 1, 0], [0, 7, 1, 0, 2])], ids=["decode", "prefill", "mixed", "restart"])
+@pytest.mark.parametrize(("slots", "pos", "save"), [
+    ([2], None, None), ([0] * 6, None, None), ([1, 0, 0, 1, 2, 1, 1, 0], None, None),
+    ([0, 1, 0, 1, 0], [0, 7, 1, 0, 2], None),
+    # a verify step of slot 0 (the states after its first two rows kept in slots 1 and 2)
+    ([0] * 4, [*range(6, 10)], [1, 2, -1, -1])],
+    ids=["decode", "prefill", "mixed", "restart", "verify"])
 def test_gdn_conv_kernel_matches_reference(gdn_kernels, spec: GdnConvSpec,  # type: ignore[no-untyped-def]
-                                            slots: list[int], pos: list[int] | None) -> None:
+                                            slots: list[int], pos: list[int] | None,
+                                            save: list[int] | None) -> None:
     import tvm
 
     from ninfer.kernels import reference
@@ -280,6 +317,7 @@ def test_gdn_conv_kernel_matches_reference(gdn_kernels, spec: GdnConvSpec,  # ty
     inputs = [rng.standard_normal((len(slots), spec.channels)).astype(f),
               rng.standard_normal((spec.channels, spec.kernel)).astype(f),
               np.array(pos or [9] * len(slots), np.int32), np.array(slots, np.int32),
+              np.array(save or [-1] * len(slots), np.int32),
               rng.standard_normal((spec.max_seqs, spec.kernel - 1, spec.channels)).astype(f)]
     want_out, want_state = reference(spec, *inputs), gdn_conv_states(spec, *inputs)
     ex = gdn_kernels
@@ -287,10 +325,11 @@ def test_gdn_conv_kernel_matches_reference(gdn_kernels, spec: GdnConvSpec,  # ty
     out = tvm.runtime.tensor(np.full(want_out.shape, np.nan, f))
     ex[spec.name()](*args, out)
     np.testing.assert_allclose(out.numpy(), want_out, rtol=2e-6, atol=2e-6)
-    np.testing.assert_array_equal(args[4].numpy(), want_state.astype(f))  # moved, not computed
+    np.testing.assert_array_equal(args[5].numpy(), want_state.astype(f))  # moved, not computed
     # slot 2 of a 2-slot pool is clamped to slot 1, as in the reference
-    untouched = sorted(set(range(spec.max_seqs)) - {min(s, spec.max_seqs - 1) for s in slots})
-    assert np.array_equal(args[4].numpy()[untouched], inputs[4][untouched])
+    written = {min(s, spec.max_seqs - 1) for s in slots + [v for v in save or [] if v >= 0]}
+    untouched = sorted(set(range(spec.max_seqs)) - written)
+    assert np.array_equal(args[5].numpy()[untouched], inputs[5][untouched])
 
 
 GATE_SPEC, NORM_SPECS = GdnGateSpec(6), [GdnNormSpec(3, 16), GdnNormSpec(2, 12, 1e-5)]
@@ -353,14 +392,15 @@ def test_gdn_layer_from_the_cpu_kernels_matches_the_reference() -> None:
     def step(x: np.ndarray, slots: list[int], pos: list[int]) -> np.ndarray:
         n = len(x)
         slot, p = T(np.array(slots, np.int32)), T(np.array(pos, np.int32))
+        save = T(np.full(n, -1, np.int32))
         mixed = T(np.zeros((n, d.conv_dim), f))
         ex[conv.name()](T((x @ w["in_proj_qkv"].T).astype(f)),
-                        T(w["conv1d"][:, 0].astype(f)), p, slot, conv_state, mixed)
+                        T(w["conv1d"][:, 0].astype(f)), p, slot, save, conv_state, mixed)
         gb = T(np.zeros((n, 2 * d.v_heads), f))
         ba = np.concatenate([x @ w["in_proj_b"].T, x @ w["in_proj_a"].T], axis=1).astype(f)
         ex[gate.name()](T(ba), T(w["A_log"].astype(f)), T(w["dt_bias"].astype(f)), gb)
         o = T(np.zeros((n, d.v_heads, d.v_dim), f))
-        ex[rec.name()](mixed, gb, p, slot, ssm, o)
+        ex[rec.name()](mixed, gb, p, slot, save, ssm, o)
         y = T(np.zeros((n, d.value_width), f))
         ex[norm.name()](T(o.numpy().reshape(n, -1)), T((x @ w["in_proj_z"].T).astype(f)),
                         T(w["norm"].astype(f)), y)

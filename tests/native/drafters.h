@@ -15,24 +15,35 @@
 namespace ninfer::fake {
 
 // Proposes the next tokens of `ref` (a sequence's prompt and its plain output) while what
-// was appended is a prefix of it; nothing once they diverge.
+// was appended is a prefix of it; nothing once they diverge. `partial`: proposal i has its
+// draft i % (k + 1) replaced by another token (none when that is k), so verifications stop
+// at every draft position in turn.
 class OracleDrafter : public Drafter {
  public:
-  explicit OracleDrafter(std::vector<int32_t> ref) : ref_(std::move(ref)) {}
+  explicit OracleDrafter(std::vector<int32_t> ref, bool partial = false)
+      : ref_(std::move(ref)), partial_(partial) {}
   void append(int32_t t) override {
     on_track_ = on_track_ && n_ < ref_.size() && ref_[n_] == t;
     ++n_;
   }
   std::vector<int32_t> propose(int k) const override {
     if (!on_track_ || n_ >= ref_.size()) return {};
-    return {ref_.begin() + static_cast<std::ptrdiff_t>(n_),
-            ref_.begin() + static_cast<std::ptrdiff_t>(std::min(ref_.size(), n_ + k))};
+    std::vector<int32_t> d(
+        ref_.begin() + static_cast<std::ptrdiff_t>(n_),
+        ref_.begin() + static_cast<std::ptrdiff_t>(std::min(ref_.size(), n_ + k)));
+    if (partial_) {
+      const size_t miss = proposals_++ % static_cast<size_t>(k + 1);
+      if (miss < d.size()) d[miss] = (d[miss] + 1) % kVocab;
+    }
+    return d;
   }
 
  private:
   std::vector<int32_t> ref_;
+  bool partial_;
   size_t n_ = 0;
   bool on_track_ = true;
+  mutable size_t proposals_ = 0;
 };
 
 // 0..k random tokens (0 about a third of the time; `always`: k of them): rejected almost

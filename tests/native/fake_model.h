@@ -129,6 +129,16 @@ class FakeModel : public Model {
         std::min(info_.prefill_chunk, info_.max_concurrency * (1 + max_draft_tokens));
   }
 
+  // A model with recurrent state (a hybrid's Gated DeltaNet layers), after set_spec: each
+  // state slot holds a hash of the tokens its sequence fed so far, updated in place by the
+  // rows that name it (StepBatch::state_slots) and copied into save slots. Every row checks
+  // that its state is exactly that of the tokens at positions 0..pos - 1 the KV pool holds
+  // (so a draft's trace left in the state, or a wrong slot made current, fails).
+  void set_recurrent() {
+    info_.state_slots = info_.max_concurrency * (1 + info_.max_draft_tokens);
+    state_.assign(info_.state_slots, {0, -1});
+  }
+
   void step(const StepBatch& b, float* logits) override {
     if (gate_) gate_->pass();
     if (fail_at_step_ >= 0 && steps_.load() >= fail_at_step_)
@@ -168,14 +178,15 @@ class FakeModel : public Model {
       c = {b.tokens[r], b.positions[r]};
       ++rows_;
     }
+    if (i.state_slots > 0) recurrent_rows(b);
     for (int k = 0; k < b.n_logits; ++k) {
       const int r = b.logit_rows[k];
       CHECK(r >= 0 && r < b.n);
-      uint64_t h = 1469598103934665603ull;
+      uint64_t h = kFnvBasis;
       for (int p = 0; p <= b.positions[r]; ++p) {
         const Cell& c = cell(b, b.slots[r], p);
         CHECK(c.pos == p);  // written by this sequence at this position
-        h = (h ^ static_cast<uint64_t>(c.token + 1)) * 1099511628211ull;
+        h = fold(h, c.token);
       }
       float* out = logits + static_cast<size_t>(k) * kVocab;
       std::mt19937_64 g(h);
@@ -219,6 +230,42 @@ class FakeModel : public Model {
   struct Cell {
     int32_t token, pos;
   };
+  static constexpr uint64_t kFnvBasis = 1469598103934665603ull;
+  static uint64_t fold(uint64_t h, int32_t token) {
+    return (h ^ static_cast<uint64_t>(token + 1)) * 1099511628211ull;
+  }
+  struct State {
+    uint64_t hash;
+    int next;  // the position it expects (-1: never written)
+  };
+  // The rows through their state slots, in order (the KV pool holds this step's tokens).
+  void recurrent_rows(const StepBatch& b) {
+    const int group = info_.state_group();
+    CHECK(b.state_slots != nullptr && b.save_slots != nullptr);
+    std::map<int, int> owner;  // state slot -> the sequence slot whose rows update it
+    for (int r = 0; r < b.n; ++r) {
+      const int st = b.state_slots[r];
+      CHECK(st >= b.slots[r] * group && st < (b.slots[r] + 1) * group);  // its slot's group
+      CHECK(owner.emplace(st, b.slots[r]).first->second == b.slots[r]);
+    }
+    for (int r = 0; r < b.n; ++r) {
+      const int sv = b.save_slots[r];
+      if (sv < 0) continue;
+      CHECK(sv >= b.slots[r] * group && sv < (b.slots[r] + 1) * group);
+      CHECK(owner.count(sv) == 0);  // no row of the step updates it
+    }
+    for (int r = 0; r < b.n; ++r) {
+      State& st = state_[b.state_slots[r]];
+      const int p = b.positions[r];
+      if (p == 0) st = {kFnvBasis, 0};
+      CHECK(st.next == p);     // the state holds positions 0..p-1, no more, no less
+      uint64_t h = kFnvBasis;  // what they are: the sequence's tokens in the pool
+      for (int q = 0; q < p; ++q) h = fold(h, cell(b, b.slots[r], q).token);
+      CHECK(st.hash == h);
+      st = {fold(st.hash, b.tokens[r]), p + 1};
+      if (b.save_slots[r] >= 0) state_[b.save_slots[r]] = st;
+    }
+  }
   int32_t block_of(const StepBatch& b, int slot, int pos) const {
     return b.block_tables[slot * info_.blocks_per_seq + pos / info_.kv_block_size];
   }
@@ -237,6 +284,7 @@ class FakeModel : public Model {
   std::mutex history_mu_;
   std::vector<StepRows> history_;
   std::vector<Cell> pool_;
+  std::vector<State> state_;  // set_recurrent()
 };
 
 // tokenizer.json of the fake vocabulary: one token per letter, <eos> special.

@@ -308,66 +308,77 @@ void test_same_as_plain() {
     if (want[i].timings.predicted_n > static_cast<int>(want[i].tokens.size())) ref.push_back(kEos);
     refs.push_back(ref);
   }
-  enum class Source { kNgram, kRandom, kOracle };
+  enum class Source { kNgram, kRandom, kOracle, kPartial };
   const std::vector<Regime> regimes = {
       {1, 16, 1 + 4 * 16, 4, false},                                 // one at a time
       {2, 16, 1 + 4 * 16, 4, false}, {4, 16, 1 + 4 * 16, 4, false},  // every slot
       {4, 7, 1 + 4 * 16, 4, false},  // a step too small for every draft
       {3, 9, 1 + 16, 4, true},       // tight pool: preemptions, drafts cut to free blocks
   };
-  for (Source src : {Source::kNgram, Source::kRandom, Source::kOracle}) {
-    const char* name = src == Source::kNgram    ? "ngram"
-                       : src == Source::kRandom ? "random"
-                                                : "oracle";
-    for (const Regime& g : regimes) {
-      FakeModel model(4, 16, g.kv_blocks, g.block_size, 64);
-      model.set_spec(4);
-      Metrics metrics;
-      EngineOptions o = regime_options(g, &metrics);
-      o.draft_tokens = 4;
-      if (src == Source::kRandom)
-        o.drafter = [](const GenerationRequest& r, int) {
-          return std::make_unique<RandomDrafter>(std::hash<std::string>()(r.id));
-        };
-      if (src == Source::kOracle)
-        o.drafter = [&](const GenerationRequest& r, int) {
-          return std::make_unique<OracleDrafter>(refs[std::stoi(r.id.substr(5))]);
-        };
-      std::vector<Outcome> got;
-      {
-        Engine engine(model, tok, {kEos}, o);
-        got = run_together(engine, reqs);
+  for (Source src : {Source::kNgram, Source::kRandom, Source::kOracle, Source::kPartial})
+    for (bool recurrent : {false, true}) {
+      const char* name = src == Source::kNgram    ? "ngram"
+                         : src == Source::kRandom ? "random"
+                         : src == Source::kOracle ? "oracle"
+                                                  : "partly wrong oracle";
+      for (const Regime& g : regimes) {
+        FakeModel model(4, 16, g.kv_blocks, g.block_size, 64);
+        model.set_spec(4);
+        if (recurrent) model.set_recurrent();
+        Metrics metrics;
+        EngineOptions o = regime_options(g, &metrics);
+        o.draft_tokens = 4;
+        if (src == Source::kRandom)
+          o.drafter = [](const GenerationRequest& r, int) {
+            return std::make_unique<RandomDrafter>(std::hash<std::string>()(r.id));
+          };
+        if (src == Source::kOracle || src == Source::kPartial)
+          o.drafter = [&](const GenerationRequest& r, int) {
+            return std::make_unique<OracleDrafter>(refs[std::stoi(r.id.substr(5))],
+                                                   src == Source::kPartial);
+          };
+        std::vector<Outcome> got;
+        {
+          Engine engine(model, tok, {kEos}, o);
+          got = run_together(engine, reqs);
+        }
+        const std::string what = std::string(name) + " drafts" +
+                                 (recurrent ? " (recurrent state)" : "") + ", concurrency " +
+                                 std::to_string(g.concurrency) + ", chunk " +
+                                 std::to_string(g.prefill_chunk);
+        check_same(want, got, what);
+        const std::string text = metrics.render();
+        CHECK(metric(text, "ninfer:kv_blocks_used") == 0);
+        CHECK(model.max_rows_.load() <= g.prefill_chunk);
+        if (g.expect_preemption) CHECK(metric(text, "ninfer:num_preemptions_total") > 0);
+        const double drafted = metric(text, "ninfer:spec_decode_num_draft_tokens_total");
+        const double accepted = metric(text, "ninfer:spec_decode_num_accepted_tokens_total");
+        int drafted_req = 0, accepted_req = 0;
+        for (const Outcome& out : got) {
+          CHECK(out.timings.draft_n >= out.timings.draft_accepted_n);
+          drafted_req += out.timings.draft_n;
+          accepted_req += out.timings.draft_accepted_n;
+        }
+        CHECK(drafted == drafted_req && accepted == accepted_req);
+        CHECK(drafted > 0);  // the path ran
+        if (src == Source::kOracle) {
+          // Drafts from the plain output are all accepted (sampled requests' too: the same
+          // draws), and save steps.
+          if (accepted != drafted)
+            fail(what + ": " + std::to_string(accepted) + " of " + std::to_string(drafted) +
+                 " oracle drafts accepted");
+          CHECK(metric(text,
+                       "ninfer:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"}") > 0);
+        }
+        if (src == Source::kRandom) CHECK(accepted < drafted);
+        if (src == Source::kPartial) {  // verifications stopped at every position
+          CHECK(accepted < drafted);
+          for (int pos = 0; pos < 3; ++pos)
+            CHECK(metric(text, "ninfer:spec_decode_num_accepted_tokens_per_pos_total{position=\"" +
+                                   std::to_string(pos) + "\"}") > 0);
+        }
       }
-      const std::string what = std::string(name) + " drafts, concurrency " +
-                               std::to_string(g.concurrency) + ", chunk " +
-                               std::to_string(g.prefill_chunk);
-      check_same(want, got, what);
-      const std::string text = metrics.render();
-      CHECK(metric(text, "ninfer:kv_blocks_used") == 0);
-      CHECK(model.max_rows_.load() <= g.prefill_chunk);
-      if (g.expect_preemption) CHECK(metric(text, "ninfer:num_preemptions_total") > 0);
-      const double drafted = metric(text, "ninfer:spec_decode_num_draft_tokens_total");
-      const double accepted = metric(text, "ninfer:spec_decode_num_accepted_tokens_total");
-      int drafted_req = 0, accepted_req = 0;
-      for (const Outcome& out : got) {
-        CHECK(out.timings.draft_n >= out.timings.draft_accepted_n);
-        drafted_req += out.timings.draft_n;
-        accepted_req += out.timings.draft_accepted_n;
-      }
-      CHECK(drafted == drafted_req && accepted == accepted_req);
-      CHECK(drafted > 0);  // the path ran
-      if (src == Source::kOracle) {
-        // Drafts from the plain output are all accepted (sampled requests' too: the same
-        // draws), and save steps.
-        if (accepted != drafted)
-          fail(what + ": " + std::to_string(accepted) + " of " + std::to_string(drafted) +
-               " oracle drafts accepted");
-        CHECK(metric(text, "ninfer:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"}") >
-              0);
-      }
-      if (src == Source::kRandom) CHECK(accepted < drafted);
     }
-  }
   // The oracle's saving, in steps: one request alone, plain and with all drafts accepted.
   GenerationRequest r = reqs[1];
   r.max_tokens = 30;
@@ -391,10 +402,11 @@ void test_same_as_plain() {
 
 // Cancelled while the model runs a step that verifies its drafts: the step's tokens are
 // still sent, then the request ends "cancelled" with its blocks freed.
-void test_cancel_in_verify() {
+void test_cancel_in_verify(bool recurrent) {
   const Tokenizer tok = letters_tokenizer();
   FakeModel model(2, 16, 1 + 2 * 16, 4, 64);
   model.set_spec(3);
+  if (recurrent) model.set_recurrent();
   Gate gate;
   model.set_gate(&gate);
   Metrics metrics;
@@ -429,10 +441,11 @@ void test_cancel_in_verify() {
 
 // Two to four streams at once, a thousand requests of mixed lengths and sampling, n-gram
 // drafts, some cancelled mid-way: nothing fails and no block is left behind.
-void test_soak() {
+void test_soak(bool recurrent) {
   const Tokenizer tok = letters_tokenizer();
   FakeModel model(4, 12, 1 + 24, 4, 64);
   model.set_spec(4);
+  if (recurrent) model.set_recurrent();
   Metrics metrics;
   EngineOptions o;
   o.metrics = &metrics;
@@ -462,7 +475,8 @@ void test_soak() {
   CHECK(metric(text, "ninfer:num_requests_running") == 0);
   CHECK(metric(text, "ninfer:spec_decode_num_accepted_tokens_total") > 0);
   CHECK(done > 0);
-  std::printf("soak: %d finished, %d cancelled, %.0f of %.0f drafts accepted\n", done, cancelled,
+  std::printf("soak%s: %d finished, %d cancelled, %.0f of %.0f drafts accepted\n",
+              recurrent ? " (recurrent state)" : "", done, cancelled,
               metric(text, "ninfer:spec_decode_num_accepted_tokens_total"),
               metric(text, "ninfer:spec_decode_num_draft_tokens_total"));
 }
@@ -474,8 +488,10 @@ void test_speculate() {
   test_verify();
   test_draft_budget();
   test_same_as_plain();
-  test_cancel_in_verify();
-  test_soak();
+  for (bool recurrent : {false, true}) {
+    test_cancel_in_verify(recurrent);
+    test_soak(recurrent);
+  }
   std::printf("speculate ok\n");
 }
 

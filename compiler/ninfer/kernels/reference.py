@@ -115,20 +115,23 @@ def kv_store(spec: KvStoreSpec, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def gdn_recurrent(spec: GdnRecurrentSpec, qkv: np.ndarray, gb: np.ndarray, pos: np.ndarray,
-                  slot: np.ndarray, state: np.ndarray) -> np.ndarray:
-    """Rows in order, each from and into its slot's state, a zero one at position 0
-    (`state` is not modified: the kernel's final states are `gdn_recurrent_states`)."""
-    return _gdn_rows(spec, qkv, gb, pos, slot, state)[0]
+                  slot: np.ndarray, save: np.ndarray, state: np.ndarray) -> np.ndarray:
+    """Rows in order, each from and into its slot's state, a zero one at position 0, copied
+    into slot save[i] after row i when save[i] >= 0 (`state` is not modified: the kernel's
+    final states are `gdn_recurrent_states`)."""
+    return _gdn_rows(spec, qkv, gb, pos, slot, save, state)[0]
 
 
 def gdn_recurrent_states(spec: GdnRecurrentSpec, qkv: np.ndarray, gb: np.ndarray,
-                         pos: np.ndarray, slot: np.ndarray, state: np.ndarray) -> np.ndarray:
+                         pos: np.ndarray, slot: np.ndarray, save: np.ndarray,
+                         state: np.ndarray) -> np.ndarray:
     """What the kernel leaves in `state`."""
-    return _gdn_rows(spec, qkv, gb, pos, slot, state)[1]
+    return _gdn_rows(spec, qkv, gb, pos, slot, save, state)[1]
 
 
 def _gdn_rows(spec: GdnRecurrentSpec, qkv: np.ndarray, gb: np.ndarray, pos: np.ndarray,
-              slot: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+              slot: np.ndarray, save: np.ndarray,
+              state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     states = _f64(state).copy()
     kw, H = spec.k_heads * spec.k_dim, spec.v_heads
     q = _f64(qkv[:, :kw]).reshape(-1, spec.k_heads, spec.k_dim)
@@ -142,23 +145,27 @@ def _gdn_rows(spec: GdnRecurrentSpec, qkv: np.ndarray, gb: np.ndarray, pos: np.n
         o, states[s] = gdn_reference.delta_rule_recurrent(
             q[i:i + 1], k[i:i + 1], v[i:i + 1], g[i:i + 1], beta[i:i + 1], states[s])
         out[i] = o[0]
+        if save[i] >= 0:
+            states[min(int(save[i]), spec.max_seqs - 1)] = states[s]
     return out, states
 
 
 def gdn_conv(spec: GdnConvSpec, x: np.ndarray, weight: np.ndarray, pos: np.ndarray,
-             slot: np.ndarray, conv_state: np.ndarray) -> np.ndarray:
-    """Rows in order, each after its slot's carried inputs, zeros at position 0
-    (`conv_state` is not modified: the kernel's final states are `gdn_conv_states`)."""
-    return _conv_rows(spec, x, weight, pos, slot, conv_state)[0]
+             slot: np.ndarray, save: np.ndarray, conv_state: np.ndarray) -> np.ndarray:
+    """Rows in order, each after its slot's carried inputs, zeros at position 0, copied into
+    slot save[i] after row i when save[i] >= 0 (`conv_state` is not modified: the
+    kernel's final states are `gdn_conv_states`)."""
+    return _conv_rows(spec, x, weight, pos, slot, save, conv_state)[0]
 
 
 def gdn_conv_states(spec: GdnConvSpec, x: np.ndarray, weight: np.ndarray, pos: np.ndarray,
-                    slot: np.ndarray, conv_state: np.ndarray) -> np.ndarray:
-    return _conv_rows(spec, x, weight, pos, slot, conv_state)[1]
+                    slot: np.ndarray, save: np.ndarray, conv_state: np.ndarray) -> np.ndarray:
+    return _conv_rows(spec, x, weight, pos, slot, save, conv_state)[1]
 
 
 def _conv_rows(spec: GdnConvSpec, x: np.ndarray, weight: np.ndarray, pos: np.ndarray,
-               slot: np.ndarray, conv_state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               slot: np.ndarray, save: np.ndarray,
+               conv_state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     states = _f64(conv_state).copy()
     out = np.zeros((len(slot), spec.channels))
     for i, s in enumerate(np.clip(slot, 0, spec.max_seqs - 1)):
@@ -166,6 +173,8 @@ def _conv_rows(spec: GdnConvSpec, x: np.ndarray, weight: np.ndarray, pos: np.nda
             states[s] = 0.0
         y, states[s] = gdn_reference.causal_conv1d(x[i:i + 1], weight, states[s])
         out[i] = y[0]
+        if save[i] >= 0:
+            states[min(int(save[i]), spec.max_seqs - 1)] = states[s]
     return out, states
 
 

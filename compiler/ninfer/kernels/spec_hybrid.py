@@ -22,7 +22,10 @@ class GdnRecurrentSpec:
     """Gated DeltaNet recurrence (kernels.gdn_reference.delta_rule_recurrent), rows in order:
     row i updates the state of slot[i] (one per sequence, [max_seqs, Hv, dk, dv] float32,
     read and written in place) and reads it out; a row at position 0 starts its sequence
-    from a zero state (so admission and recompute need no reset). `qkv` is the conv's
+    from a zero state (so admission and recompute need no reset). save[i] >= 0: the state
+    after row i is also copied into slot save[i] (speculative decoding keeps each draft
+    row's state so that the accepted one can become current), which no row of the call
+    updates; a segment of the chunked form ends at such a row. `qkv` is the conv's
     output [q | k | v] (q, k raw: L2-normalised here, q also by dk^-1/2), `gb` the gates
     [g | beta] (GdnGateSpec); value head h reads key head h // (v_heads / k_heads).
 
@@ -66,6 +69,7 @@ class GdnRecurrentSpec:
             _tensor("gb", "float32", "n", 2 * self.v_heads),
             _tensor("pos", "int32", "n"),
             _tensor("slot", "int32", "n"),
+            _tensor("save", "int32", "n"),
             _tensor("state", "float32", self.max_seqs, self.v_heads, self.k_dim, self.v_dim),
             _tensor("out", "float32", "n", self.v_heads, self.v_dim),
         ]
@@ -77,7 +81,8 @@ class GdnConvSpec:
     (kernels.gdn_reference.causal_conv1d), rows in order: row i's taps read the last
     kernel - 1 inputs of slot[i]'s sequence (conv_state [max_seqs, kernel - 1, channels],
     oldest first, updated in place), so a prefill chunk and decode rows take the same path;
-    a row at position 0 reads zeros for them (a new sequence)."""
+    a row at position 0 reads zeros for them (a new sequence). save[i] >= 0: the carried
+    inputs after row i are also copied into slot save[i], which no row of the call updates."""
 
     family: ClassVar[str] = "gdn_conv"
     channels: int
@@ -98,6 +103,7 @@ class GdnConvSpec:
             _tensor("weight", "float32", self.channels, self.kernel),
             _tensor("pos", "int32", "n"),
             _tensor("slot", "int32", "n"),
+            _tensor("save", "int32", "n"),
             _tensor("conv_state", "float32", self.max_seqs, self.kernel - 1, self.channels),
             _tensor("out", "float32", "n", self.channels),
         ]

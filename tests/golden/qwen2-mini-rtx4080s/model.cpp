@@ -188,7 +188,7 @@ class GeneratedModel final : public Model {
     check(b);
     // With CUDA graphs the rows are padded to a bucket (one graph per bucket x logits
     // rows); padding rows are token 0 at position 0 and store their key/value in the
-    // reserved block 0. Their slot is 0.
+    // reserved block 0. Their slot is 0 (attention only reads there).
     const bool graphs = backend::graphs_enabled();
     const int n = graphs ? bucket(b.n) : b.n;
     const int m = b.n_logits;

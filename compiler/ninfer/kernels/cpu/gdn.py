@@ -8,6 +8,9 @@ Conv: parallel over channel vectors, rows in order; row t's output is
 SiLU(sum_j w[c, j] * in[t - (K - 1) + j]) over its slot's K - 1 carried inputs and x[t], then
 the carried inputs shift by one (oldest dropped, x[t] appended).
 
+Both copy the state after row t into slot save[t] when that is >= 0 (the states of a
+verify step's draft rows); in the chunked recurrence such a row is a segment of its own.
+
 Gates (GdnGateSpec): softplus(y) = max(y, 0) + log1p(exp(-|y|)) with `common.fast_exp` and
 `common.fast_log1p`; sigmoid(b) = 1 / (1 + exp(-b)). Output norm (GdnNormSpec): per value
 head o / sqrt(mean(o^2) + eps) * weight * SiLU(z).
@@ -256,15 +259,26 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
                     for x in T.vectorized(JW):
                         state[s, h, db * RB + r, jb * JW + x] = tile[r, x]
 
+    @T.macro
+    def save_state(slot, save, state, h, t):
+        # a copy of the state after row t into slot save[t] (when >= 0)
+        if save[t] >= 0:
+            s = T.bind(clamp_slot(slot, t))
+            sv = T.bind(clamp_slot(save, t))
+            for d in range(DK):
+                for x in T.vectorized(DV):
+                    state[sv, h, d, x] = state[s, h, d, x]
+
     @T.prim_func(private=True)
     def kernel(qkv_h: T.handle, gb_h: T.handle, p_h: T.handle, s_h: T.handle,
-               st_h: T.handle, o_h: T.handle):
+               sv_h: T.handle, st_h: T.handle, o_h: T.handle):
         T.func_attr({"tirx.noalias": True})
         n = T.int64()
         qkv = T.match_buffer(qkv_h, (n, i64(C)), F32)
         gb = T.match_buffer(gb_h, (n, i64(2 * HV)), F32)
         pos = T.match_buffer(p_h, (n,), "int32")
         slot = T.match_buffer(s_h, (n,), "int32")
+        save = T.match_buffer(sv_h, (n,), "int32")
         state = T.match_buffer(st_h, (i64(NSEQ), i64(HV), i64(DK), i64(DV)), F32)
         out = T.match_buffer(o_h, (n, i64(HV), i64(DV)), F32)
         for h in T.parallel(HV):
@@ -276,6 +290,7 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
             if CH == 1:
                 for t in range(n):
                     one_row(qkv, gb, pos, slot, state, out, h, t, qn, kn, mem, delta, ss)
+                    save_state(slot, save, state, h, t)
             else:
                 Qc = scratch((CH * DK,))
                 Kc = scratch((CH * DK,))
@@ -294,8 +309,10 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
                     t0 = T.bind(seg[0])
                     seg[1] = i64(1)
                     # the segment runs while the rows stay one sequence at consecutive
-                    # positions, up to the next multiple of CH
-                    while (seg[1] < i64(CH) and t0 + seg[1] < n
+                    # positions, up to the next multiple of CH; a row whose state is saved
+                    # is a segment of its own
+                    while (seg[1] < i64(CH) and t0 + seg[1] < n and save[t0] < 0
+                           and save[T.min(t0 + seg[1], n - 1)] < 0
                            and slot[T.min(t0 + seg[1], n - 1)] == slot[t0]
                            and pos[T.min(t0 + seg[1], n - 1)] == pos[t0] + T.Cast("int32",
                                                                                   seg[1])
@@ -309,6 +326,7 @@ def gdn_recurrent(spec: GdnRecurrentSpec) -> tirx.PrimFunc:
                         for t in range(t0, t0 + L):
                             one_row(qkv, gb, pos, slot, state, out, h, t, qn, kn, mem, delta,
                                     ss)
+                    save_state(slot, save, state, h, t0)  # a saved row: alone
                     seg[0] = t0 + L
 
     return kernel
@@ -339,25 +357,37 @@ def gdn_conv(spec: GdnConvSpec) -> tirx.PrimFunc:
         for v in T.vectorized(L):
             state[s, K - 2, c0 + v] = x[t, c0 + v]
 
+    @T.macro
+    def save_row(state, s, sv, c0, L):
+        for j in range(K - 1):
+            for v in T.vectorized(L):
+                state[sv, j, c0 + v] = state[s, j, c0 + v]
+
     @T.prim_func(private=True)
-    def kernel(x_h: T.handle, w_h: T.handle, p_h: T.handle, s_h: T.handle, st_h: T.handle,
-               o_h: T.handle):
+    def kernel(x_h: T.handle, w_h: T.handle, p_h: T.handle, s_h: T.handle, sv_h: T.handle,
+               st_h: T.handle, o_h: T.handle):
         T.func_attr({"tirx.noalias": True})
         n = T.int64()
         x = T.match_buffer(x_h, (n, i64(C)), F32)
         w = T.match_buffer(w_h, (i64(C), i64(K)), F32)
         pos = T.match_buffer(p_h, (n,), "int32")
         slot = T.match_buffer(s_h, (n,), "int32")
+        save = T.match_buffer(sv_h, (n,), "int32")
         state = T.match_buffer(st_h, (i64(NSEQ), i64(K - 1), i64(C)), F32)
         out = T.match_buffer(o_h, (n, i64(C)), F32)
         for cv in T.parallel(TASKS):
             for t in range(n):
                 s = T.bind(T.max(T.min(T.Cast("int64", slot[t]), i64(NSEQ - 1)), i64(0)))
+                sv = T.bind(T.min(T.Cast("int64", save[t]), i64(NSEQ - 1)))
                 if cv < NVC:
                     row(x, w, pos, state, out, s, t, cv * VW, VW)
+                    if sv >= 0:
+                        save_row(state, s, sv, cv * VW, VW)
                 else:
                     for c in range(NVC * VW, C):
                         row(x, w, pos, state, out, s, t, c, 1)
+                        if sv >= 0:
+                            save_row(state, s, sv, c, 1)
 
     return kernel
 
