@@ -190,6 +190,40 @@ def bench(root: Path) -> None:
     print(f"greedy agreement with transformers: first {same} of {n} tokens identical")
 
 
+# Outputs held to five tokens: they repeat their own n-grams, so drafts are both accepted
+# and rejected (tests/test_speculative.py's NARROW).
+NARROW = {"logit_bias": {str(t): 60 for t in range(40, 45)}}
+
+
+def spec_identity(build: Path, prompts: list[list[int]]) -> int:
+    """A speculation build: greedy tokens with n-gram drafts = without (--spec none), for
+    outputs held to five tokens (many drafts, some rejected: KV rows and, in a hybrid, the
+    recurrent state rolled back), 1 and 4 at once, graphs on and off."""
+    from ninfer.runtime import Server
+
+    def run(srv, width: int) -> list[dict]:
+        with ThreadPoolExecutor(width) as pool:
+            return list(pool.map(lambda ids: complete(srv.client, ids, 32, ignore_eos=True,
+                                                      **NARROW), prompts))
+
+    with Server(build, extra_args=("--spec", "none")) as srv:
+        want = [r["choices"][0]["token_ids"] for r in run(srv, 1)]
+    failures = 0
+    for extra in ((), ("--no-cuda-graph",)):
+        mode = "graphs off" if extra else "graphs on"
+        with Server(build, extra_args=extra) as srv:
+            for width in (1, 4):
+                rs = run(srv, width)
+                for r, w in zip(rs, want, strict=True):
+                    failures += not check_tokens(f"{build.name} drafts {mode} batch {width}",
+                                                 r, w)
+                drafted = sum(r.get("timings", {}).get("draft_n", 0) for r in rs)
+                accepted = sum(r.get("timings", {}).get("draft_accepted_n", 0) for r in rs)
+                print(f"{build.name} {mode} batch {width}: {accepted} of {drafted} drafts "
+                      "accepted")
+    return failures
+
+
 def hybrid_parity(root: Path) -> int:
     """The hybrid builds (hybrid-*, their checkpoint the one artifact-options.json names):
     greedy tokens = transformers fp32 for prompts up to 5 prefill chunks, 1, 2 and 4 at
@@ -209,6 +243,8 @@ def hybrid_parity(root: Path) -> int:
                                                   dtype="float32").eval()
         want = [greedy_cached(hf, ids, 32) for ids in prompts]
         failures += parity(build, prompts, want, ignore_eos=True)
+        if build.name.endswith("-spec"):
+            failures += spec_identity(build, prompts)
     print(f"hybrids: {failures} mismatches")
     return failures
 
@@ -271,6 +307,8 @@ def run(root: Path) -> int:
         else:
             wants[build] = reference_for(fmt) if fmt in ("bf16", "q8g32") else expected
         failures += parity(build, prompts, wants[build])
+        if build.name.endswith("-spec"):
+            failures += spec_identity(build, prompts)
     print(f"{failures} mismatches")
     for build in builds:
         failures += sanitize(build, prompts[1], wants[build][1])

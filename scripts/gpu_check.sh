@@ -5,7 +5,8 @@
 #                                              # weights with an f16 KV cache; q8g32; n-gram
 #                                              # speculation), the
 #                                              # tiny hybrids (Qwen3.5, also with the chunked
-#                                              # GDN prefill; Qwen3-Next MoE) and a
+#                                              # GDN prefill, with and without n-gram
+#                                              # speculation; Qwen3-Next MoE) and a
 #                                              # 0.6B-shaped bench model (no artifact)
 #   bash scripts/gpu_check.sh run              # there: parity with transformers (graphs
 #                                              # on/off, 1/2/4 streams), memcheck, speed
@@ -81,6 +82,15 @@ opts = CompileOptions(model_dir=compiled("qwen35-tiny").checkpoint, target=targe
                       model_id="qwen35-tiny", max_context=MAX_CONTEXT, prefill_chunk=80,
                       max_concurrency=4, python_module=False, kv_dtype="f32",
                       gdn_prefill="chunked")
+compile_model(opts)
+tidy(out, opts, "hybrid-qwen35-tiny-checkpoint")
+# ... and with n-gram speculation: the states after draft rows in scratch slots, the
+# accepted one made current (gpu_check.py compares drafts on and off as well).
+out = root / "hybrid-qwen35-tiny-spec"
+opts = CompileOptions(model_dir=compiled("qwen35-tiny").checkpoint, target=target, out_dir=out,
+                      model_id="qwen35-tiny", max_context=MAX_CONTEXT, prefill_chunk=80,
+                      max_concurrency=4, python_module=False, kv_dtype="f32",
+                      gdn_prefill="chunked", spec="ngram", max_draft_tokens=4)
 compile_model(opts)
 tidy(out, opts, "hybrid-qwen35-tiny-checkpoint")
 # The 0.6B-shaped bench model: built here without its 3 GB artifact, which

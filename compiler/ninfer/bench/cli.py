@@ -92,6 +92,10 @@ def main() -> None:
               help="Fraction of the other requests that stream.")
 @click.option("--chat-rate", default=0.25, show_default=True, type=click.FloatRange(0, 1),
               help="Fraction sent to /v1/chat/completions (text prompts).")
+@click.option("--narrow-rate", default=0.0, show_default=True, type=click.FloatRange(0, 1),
+              help="Fraction of the token-prompt requests whose logit_bias holds the output "
+                   "to five of the prompt's ids: outputs that repeat themselves, so "
+                   "speculative decoding's drafts get accepted and rejected.")
 @click.option("--vocab-size", type=click.IntRange(2),
               help="Token ids in prompts stay below this (default: /v1/models' vocab_size, "
                    "else 256).")
@@ -102,7 +106,7 @@ def main() -> None:
 def soak(build_dir: Path | None, url: str | None, threads: int | None,
          server_args: tuple[str, ...], json_path: Path | None, n_requests: int,
          concurrency: int, seed: int, disconnect_rate: float, max_tokens_range: str,
-         prompt_len_range: str, stream_rate: float, chat_rate: float,
+         prompt_len_range: str, stream_rate: float, chat_rate: float, narrow_rate: float,
          vocab_size: int | None, pid: int | None, drain_timeout: float,
          request_timeout: float) -> None:
     """Fire many mixed requests; check answers, draining, KV blocks and RSS.
@@ -116,7 +120,7 @@ def soak(build_dir: Path | None, url: str | None, threads: int | None,
                      disconnect_rate=disconnect_rate,
                      max_tokens_range=_range(max_tokens_range, "--max-tokens-range"),
                      prompt_len_range=_range(prompt_len_range, "--prompt-len-range"),
-                     stream_rate=stream_rate, chat_rate=chat_rate,
+                     stream_rate=stream_rate, chat_rate=chat_rate, narrow_rate=narrow_rate,
                      request_timeout=request_timeout, drain_timeout=drain_timeout)
     try:
         with open_endpoint(build_dir, url, threads=threads,

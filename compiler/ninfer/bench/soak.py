@@ -60,6 +60,9 @@ class SoakConfig:
     prompt_len_range: tuple[int, int] = (1, 200)
     stream_rate: float = 0.5  # of the requests read to the end
     chat_rate: float = 0.25
+    # of the token-prompt requests: logit_bias holds the output to a few of the prompt's
+    # ids, so it repeats itself (speculative decoding's drafts are accepted and rejected)
+    narrow_rate: float = 0.0
     request_timeout: float = 120.0
     drain_timeout: float = 30.0
 
@@ -136,6 +139,8 @@ def plan_requests(cfg: SoakConfig, vocab_size: int, max_model_len: int,
             n = max(1, min(rng.randint(lo_pl, hi_pl), room))
             body["prompt"] = [rng.randrange(vocab_size) for _ in range(n)]
             route = "/v1/completions"
+            if cfg.narrow_rate and rng.random() < cfg.narrow_rate:
+                body["logit_bias"] = {str(t): 60 for t in sorted(set(body["prompt"]))[:5]}
         after = rng.randint(0, max_tokens - 1) if disconnect else None
         out.append(SoakRequest(i, route, stream, after, body))
     return out
