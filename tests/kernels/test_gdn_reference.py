@@ -163,6 +163,87 @@ def test_dense_hybrid_model_matches_transformers() -> None:
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
 
 
+
+def _torch_mtp(cfg, seed: int):  # type: ignore[no-untyped-def]
+    """A tiny Qwen3.5 and an MTP head built from transformers' own modules: the head's
+    decoder layer is a one-layer Qwen3_5TextModel of a full-attention layer (its `norm` is
+    mtp.norm, its embedding the main model's), fc and the two pre-fc norms torch modules;
+    parameters perturbed away from their initialisers. Returns (model, head, a function
+    running the head, the checkpoint-named float64 tensors)."""
+    import copy
+
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextModel
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5RMSNorm
+
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM(cfg).eval().double()
+    mtp_cfg = copy.deepcopy(cfg)
+    mtp_cfg.num_hidden_layers, mtp_cfg.layer_types = 1, ["full_attention"]
+    layer = Qwen3_5TextModel(mtp_cfg).eval().double()
+    H = cfg.hidden_size
+    fc = torch.nn.Linear(2 * H, H, bias=False).double()
+    norm_e = Qwen3_5RMSNorm(H, eps=cfg.rms_norm_eps).double()
+    norm_h = Qwen3_5RMSNorm(H, eps=cfg.rms_norm_eps).double()
+    with torch.no_grad():
+        for m in (model, layer, fc, norm_e, norm_h):
+            for p in m.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        layer.embed_tokens.weight.copy_(model.model.embed_tokens.weight)
+
+    def head(hidden, next_ids, pos):  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            e = norm_e(model.model.embed_tokens(torch.tensor(next_ids)))
+            x = fc(torch.cat([e, norm_h(torch.tensor(hidden))], dim=-1))
+            out = layer(inputs_embeds=x[None], position_ids=torch.tensor(pos)[None])
+            return out.last_hidden_state[0].numpy()
+
+    weights = {k.removeprefix("model."): v.detach().numpy()
+               for k, v in model.state_dict().items()}
+    weights |= {f"mtp.{k.removeprefix('model.')}": v.detach().numpy()
+                for k, v in layer.state_dict().items() if not k.startswith("embed_tokens")}
+    weights |= {"mtp.fc.weight": fc.weight.detach().numpy(),
+                "mtp.pre_fc_norm_embedding.weight": norm_e.weight.detach().numpy(),
+                "mtp.pre_fc_norm_hidden.weight": norm_h.weight.detach().numpy()}
+    return model, head, weights
+
+
+def test_mtp_head_matches_transformers_modules() -> None:
+    """The float64 MTP head (gdn_reference.mtp_hidden: fc over [norm(embed(next));
+    norm(hidden)], a gated full-attention layer with partial rotary and causal attention
+    among its rows, mtp.norm) against the same head assembled from transformers' Qwen3.5
+    modules; and mtp_drafts' chain (each draft's row pairs the head's previous result with
+    the draft before it) against that head run row by row the same way."""
+    torch = pytest.importorskip("torch")
+    cfg = _hf_config("Qwen3_5TextConfig")
+    cfg.tie_word_embeddings = False
+    model, head, weights = _torch_mtp(cfg, 5)
+    fields = cfg.to_dict()
+    assert set(k for k in weights if k.startswith("mtp.")) >= {
+        "mtp.fc.weight", "mtp.norm.weight", "mtp.layers.0.self_attn.q_proj.weight",
+        "mtp.layers.0.mlp.down_proj.weight", "mtp.layers.0.input_layernorm.weight"}
+    rng = np.random.default_rng(6)
+    ids = rng.integers(0, cfg.vocab_size, 19)
+    hidden = gdn.hybrid_hidden(fields, weights, ids)
+    with torch.no_grad():
+        want_hidden = model.model(torch.tensor(ids)[None]).last_hidden_state[0].numpy()
+    assert _rel_err(hidden, want_hidden) < 1e-6  # transformers runs its delta rule in f32
+    pos = np.arange(len(ids) - 1)
+    got = gdn.mtp_hidden(fields, weights, hidden[:-1], ids[1:], pos)
+    want = head(hidden[:-1], ids[1:], pos)
+    assert _rel_err(got, want) < 1e-6, _rel_err(got, want)  # its rotary tables are f32
+    # the chain: 3 drafts after the prompt's next token
+    t, drafts = gdn.mtp_drafts(fields, weights, ids, 3)
+    head_w = weights["lm_head.weight"]
+    assert t == int(np.argmax(want_hidden[-1] @ head_w.T))
+    rows_h, rows_x = list(want_hidden), [*ids[1:].tolist(), t]
+    for d in drafts:
+        out = head(np.stack(rows_h), np.array(rows_x), np.arange(len(rows_x)))
+        assert d == int(np.argmax(out[-1] @ head_w.T))
+        rows_h.append(out[-1])
+        rows_x.append(d)
+    assert gdn.hybrid_logits(fields, weights, ids).shape == (len(ids), cfg.vocab_size)
+
 # ---- the CPU kernel of the recurrence ------------------------------------------------------
 
 GDN_SPECS = [GdnRecurrentSpec(2, 4, 16, 8, 3), GdnRecurrentSpec(1, 1, 32, 16, 2),

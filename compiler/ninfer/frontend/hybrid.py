@@ -178,8 +178,9 @@ def skipped_tensor_notes(ckpt: Checkpoint) -> tuple[str, ...]:
     mtp = mtp_weights(ckpt)
     if mtp:
         notes.append(f"the multi-token-prediction head ({len(mtp)} mtp.* tensors) is stored "
-                     "in the artifact as the checkpoint holds it, not compiled: speculative "
-                     "decoding does not exist yet")
+                     "in the artifact as the checkpoint holds it, not compiled: MTP drafting "
+                     "is not built yet (its float64 reference is "
+                     "kernels.gdn_reference.mtp_hidden; --spec ngram drafts without it)")
     return tuple(notes)
 
 

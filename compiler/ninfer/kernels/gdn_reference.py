@@ -21,7 +21,10 @@ as one call: the properties the kernels are tested against.
 `hybrid_logits` runs a whole Qwen3.5 (dense or MoE) / Qwen3-Next text model (Gated
 DeltaNet and gated full-attention layers per `layer_types`, zero-centred norms, partial
 rotary, sparse MoE blocks with a gated shared expert) from its checkpoint tensors: the
-float64 parity reference of the hybrid frontend.
+float64 parity reference of the hybrid frontend. `mtp_hidden` / `mtp_drafts` run the
+checkpoints' multi-token-prediction head (`mtp.*`) and its chained greedy drafts: the
+reference of MTP speculative decoding (checked against the same head assembled from
+transformers' Qwen3.5 modules, which do not run it themselves).
 
 Shapes: tokens first, no batch (one sequence). States: conv [K - 1, conv_dim] (the last
 K - 1 inputs of the conv, oldest first), ssm [Hv, dk, dv].
@@ -318,38 +321,92 @@ def is_sparse_layer(cfg: dict, i: int) -> bool:
             and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0)
 
 
-def hybrid_logits(cfg: dict, weights: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
-    """Logits [T, vocab] of a Qwen3.5 (dense or MoE) / Qwen3-Next text model (config.json's
-    text fields, tensors under their checkpoint names without the `model.` /
-    `model.language_model.` prefix, e.g. `layers.0.linear_attn.in_proj_qkv.weight`;
-    Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba` are split here) on the prompt `ids`."""
+def _weights_under(weights: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    n = len(prefix)
+    return {k[n:].removesuffix(".weight"): v for k, v in weights.items() if k.startswith(prefix)}
+
+
+def _decoder_layer(h: np.ndarray, weights: dict[str, np.ndarray], pre: str, kind: str,
+                   sparse: bool, cfg: dict, pos: np.ndarray) -> np.ndarray:
+    """One decoder layer (tensors under `pre`) on the residual stream h [T, hidden]."""
     eps = cfg["rms_norm_eps"]
-    d = dims_of(cfg)
+    x = zero_centred_rmsnorm(h, weights[pre + "input_layernorm.weight"], eps)
+    if kind == "linear_attention":
+        d = dims_of(cfg)
+        lw = _weights_under(weights, pre + "linear_attn.")
+        if "in_proj_qkvz" in lw:
+            lw |= split_fused_projections(lw.pop("in_proj_qkvz"), lw.pop("in_proj_ba"), d)
+        y, _ = gdn_layer(x, lw, d, GdnState.zeros(d))
+    else:
+        y = gated_attention(x, _weights_under(weights, pre + "self_attn."), cfg, pos)
+    h = h + y
+    x = zero_centred_rmsnorm(h, weights[pre + "post_attention_layernorm.weight"], eps)
+    m = _weights_under(weights, pre + "mlp.")
+    if sparse:
+        return h + moe_mlp(x, m, cfg)
+    return h + _mlp(x, m["gate_proj"], m["up_proj"], m["down_proj"])
+
+
+def hybrid_hidden(cfg: dict, weights: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """The final-normed hidden states [T, hidden] (what the LM head reads) of a Qwen3.5
+    (dense or MoE) / Qwen3-Next text model (config.json's text fields, tensors under their
+    checkpoint names without the `model.` / `model.language_model.` prefix, e.g.
+    `layers.0.linear_attn.in_proj_qkv.weight`; Qwen3-Next's fused `in_proj_qkvz` /
+    `in_proj_ba` are split here) on the prompt `ids`."""
     h = _f64(weights["embed_tokens.weight"])[np.asarray(ids)]
     pos = np.arange(len(ids))
-
-    def sub(prefix: str) -> dict[str, np.ndarray]:
-        n = len(prefix)
-        return {k[n:].removesuffix(".weight"): v for k, v in weights.items()
-                if k.startswith(prefix)}
-
     for i, kind in enumerate(layer_types(cfg)):
-        pre = f"layers.{i}."
-        x = zero_centred_rmsnorm(h, weights[pre + "input_layernorm.weight"], eps)
-        if kind == "linear_attention":
-            lw = sub(pre + "linear_attn.")
-            if "in_proj_qkvz" in lw:
-                lw |= split_fused_projections(lw.pop("in_proj_qkvz"), lw.pop("in_proj_ba"), d)
-            y, _ = gdn_layer(x, lw, d, GdnState.zeros(d))
-        else:
-            y = gated_attention(x, sub(pre + "self_attn."), cfg, pos)
-        h = h + y
-        x = zero_centred_rmsnorm(h, weights[pre + "post_attention_layernorm.weight"], eps)
-        m = sub(pre + "mlp.")
-        if is_sparse_layer(cfg, i):
-            h = h + moe_mlp(x, m, cfg)
-        else:
-            h = h + _mlp(x, m["gate_proj"], m["up_proj"], m["down_proj"])
-    h = zero_centred_rmsnorm(h, weights["norm.weight"], eps)
-    head = weights.get("lm_head.weight", weights["embed_tokens.weight"])
-    return h @ _f64(head).T
+        h = _decoder_layer(h, weights, f"layers.{i}.", kind, is_sparse_layer(cfg, i), cfg, pos)
+    return zero_centred_rmsnorm(h, weights["norm.weight"], cfg["rms_norm_eps"])
+
+
+def lm_head(weights: dict[str, np.ndarray]) -> np.ndarray:
+    return _f64(weights.get("lm_head.weight", weights["embed_tokens.weight"]))
+
+
+def hybrid_logits(cfg: dict, weights: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """Logits [T, vocab] of the model on the prompt `ids` (hybrid_hidden's tensors)."""
+    return hybrid_hidden(cfg, weights, ids) @ lm_head(weights).T
+
+
+def mtp_hidden(cfg: dict, weights: dict[str, np.ndarray], hidden: np.ndarray,
+               next_ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The multi-token-prediction head of Qwen3.5 / Qwen3-Next checkpoints (`mtp.*`, as
+    vLLM's qwen3_next_mtp runs it) over rows t, causal among them at positions `pos`:
+    fc([RMSNorm_e(embed(next_ids[t])); RMSNorm_h(hidden[t])]) (the embedding first), one
+    gated full-attention decoder layer (`mtp.layers.0.`, its MLP sparse when the model's
+    are), `mtp.norm`; the LM head of the result predicts the token after next_ids[t].
+    `hidden[t]` is the main model's final-normed hidden state at the position of the token
+    before next_ids[t] (what its LM head read), or for a chained draft the previous row's
+    result here. All its norms are zero-centred."""
+    eps = cfg["rms_norm_eps"]
+    e = zero_centred_rmsnorm(_f64(weights["embed_tokens.weight"])[np.asarray(next_ids)],
+                             weights["mtp.pre_fc_norm_embedding.weight"], eps)
+    h = zero_centred_rmsnorm(hidden, weights["mtp.pre_fc_norm_hidden.weight"], eps)
+    x = np.concatenate([e, h], axis=1) @ _f64(weights["mtp.fc.weight"]).T
+    sparse = "mtp.layers.0.mlp.gate.weight" in weights
+    x = _decoder_layer(x, weights, "mtp.layers.0.", "full_attention", sparse, cfg,
+                       np.asarray(pos))
+    return zero_centred_rmsnorm(x, weights["mtp.norm.weight"], eps)
+
+
+def mtp_drafts(cfg: dict, weights: dict[str, np.ndarray], ids: np.ndarray,
+               k: int) -> tuple[int, list[int]]:
+    """(the greedy next token t after prompt `ids`, the k greedy MTP drafts after it):
+    the head's rows p = 0 .. T-1 pair the main hidden state at p with the token at p + 1
+    (t for the last), and draft j + 1 comes from a row at position T - 1 + j that pairs the
+    head's result of the row before with draft j (each row attends to the head's rows
+    before it: its own KV)."""
+    ids = np.asarray(ids)
+    hidden = hybrid_hidden(cfg, weights, ids)
+    head = lm_head(weights)
+    t = int(np.argmax(hidden[-1] @ head.T))
+    rows_h, rows_x = list(hidden), [*ids[1:].tolist(), t]
+    drafts: list[int] = []
+    for _ in range(k):
+        out = mtp_hidden(cfg, weights, np.stack(rows_h), np.array(rows_x),
+                         np.arange(len(rows_x)))
+        drafts.append(int(np.argmax(out[-1] @ head.T)))
+        rows_h.append(out[-1])
+        rows_x.append(drafts[-1])
+    return t, drafts
