@@ -146,7 +146,8 @@ bool Engine::verify_drafts(Seq& s, int first, double now, const std::vector<std:
   const int vocab = model_.info().vocab_size;
   const std::vector<int32_t> drafts = s.drafts;
   const int d = static_cast<int>(drafts.size());
-  int verified = 0, accepted = 0;  // drafts decided (not those after a finishing token)
+  int accepted = 0;
+  if (metrics_ && d > 0) metrics_->observe_proposal();
   for (int j = 0; j <= d; ++j) {
     if (j > 0)  // the step's prepare() covered the first row
       for (const auto& c : s.constraints) c->prepare();
@@ -165,22 +166,18 @@ bool Engine::verify_drafts(Seq& s, int first, double now, const std::vector<std:
       token = sample_host(s, logits_.data() + static_cast<size_t>(first + j) * vocab, want,
                           j < d ? &drafts[j] : nullptr, &ok);
     }
-    if (j < d) {
-      ++verified;
+    if (j < d) {  // decided (the drafts after a finishing token are not)
       ++s.draft_n;
+      if (metrics_) metrics_->observe_draft(j, ok);
     }
     if (ok) {
       ++accepted;
       ++s.draft_accepted_n;
     }
-    if (on_token(s, token, want, now, /*first_in_step=*/j == 0)) {  // finished: s is gone
-      if (metrics_) metrics_->observe_drafts(verified, accepted);
-      return true;
-    }
+    if (on_token(s, token, want, now, /*first_in_step=*/j == 0)) return true;  // s is gone
     if (!ok) break;
     sched_.accept_draft(&s);
   }
-  if (metrics_) metrics_->observe_drafts(verified, accepted);
   sched_.drop_rejected(&s);
   // The recurrent state after the last accepted row was saved in the group's slot after
   // the current one by 1 + accepted (run_step); after every draft it is the current one.

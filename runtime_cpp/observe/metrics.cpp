@@ -194,14 +194,18 @@ void Metrics::enable_spec(int max_drafts) {
           "Accepted tokens per draft position.", "position", max_drafts);
 }
 
-void Metrics::observe_drafts(int drafts, int accepted) {
-  if (drafts <= 0) return;
+void Metrics::observe_proposal() {
   std::lock_guard<std::mutex> lock(mu_);
   family("ninfer:spec_decode_num_drafts_total").values[""] += 1;
-  family("ninfer:spec_decode_num_draft_tokens_total").values[""] += drafts;
-  family("ninfer:spec_decode_num_accepted_tokens_total").values[""] += accepted;
-  Family& per_pos = family("ninfer:spec_decode_num_accepted_tokens_per_pos_total");
-  for (int i = 0; i < accepted; ++i) per_pos.values[std::to_string(i)] += 1;
+}
+
+void Metrics::observe_draft(int position, bool accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  family("ninfer:spec_decode_num_draft_tokens_total").values[""] += 1;
+  if (!accepted) return;
+  family("ninfer:spec_decode_num_accepted_tokens_total").values[""] += 1;
+  family("ninfer:spec_decode_num_accepted_tokens_per_pos_total").values[std::to_string(position)] +=
+      1;
 }
 
 std::string Metrics::render() const {

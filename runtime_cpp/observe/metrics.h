@@ -61,8 +61,11 @@ class Metrics {
   void observe_step_rows(int rows);
   // Speculative decoding with up to `max_drafts` drafts per proposal: its counters appear.
   void enable_spec(int max_drafts);
-  // One proposal of `drafts` tokens of which the first `accepted` were accepted.
-  void observe_drafts(int drafts, int accepted);
+  // A verify step of a sequence with drafts (one proposal), then each draft it decided
+  // (the one at `position` in the proposal), as it is decided: a response that a finishing
+  // token sends at once already finds its drafts in the counters.
+  void observe_proposal();
+  void observe_draft(int position, bool accepted);
 
   std::string render() const;  // text format 0.0.4
   static const char* content_type() { return "text/plain; version=0.0.4; charset=utf-8"; }
