@@ -88,6 +88,31 @@ def test_refuses_artifact_for_another_target(qwen3_model, tmp_path):
     assert "compiled for target 'rtx4080s'" in r.stderr and "'cpu'" in r.stderr
 
 
+def test_refuses_artifact_of_another_plan(qwen3_model, tmp_path):
+    """Same model and target, another plan (say --max-concurrency 8 instead of 4): the
+    tensors may even fit, but the program is not the one the server was generated from."""
+    digest = ""
+
+    def edit(manifest):
+        nonlocal digest
+        digest = manifest["build"]["digest"]
+        manifest["build"]["digest"] = digest[::-1]
+
+    bad = tmp_path / "model.ninfer"
+    _rewrite_manifest(qwen3_model.out_dir / "model.ninfer", bad, edit)
+    r = run_server(qwen3_model.server, "--artifact", str(bad))
+    assert r.returncode != 0
+    assert (f"compiled from another plan (build digest {digest[::-1]}) than this server's "
+            f"({digest})") in " ".join(r.stderr.split())
+
+    def older(manifest):
+        del manifest["build"]
+
+    _rewrite_manifest(qwen3_model.out_dir / "model.ninfer", bad, older)
+    r = run_server(qwen3_model.server, "--artifact", str(bad))
+    assert r.returncode != 0 and "build digest none (an older ninfer)" in r.stderr
+
+
 def test_refuses_tensor_of_another_dtype(qwen3_model, tmp_path):
     def edit(manifest):
         entry = next(t for t in manifest["tensors"] if t["name"] == "layers.1.down")

@@ -67,10 +67,13 @@ def _elide_device_code(text: str) -> str:
     return "".join(out)
 
 
-def _compare(directory: Path, golden_dir: Path, names: tuple[str, ...], target_hash: str
-             ) -> None:
+def _compare(directory: Path, golden_dir: Path, names: tuple[str, ...], target_hash: str,
+             build_digest: str) -> None:
+    """The hashes are elided: they change with every field of the target or the plan,
+    which the rest of the sources show."""
     for name in names:
         got = (directory / name).read_text().replace(target_hash, "<target-hash>")
+        got = got.replace(build_digest, "<build-digest>")
         got = _elide_device_code(got) if name.endswith(".cu") else got
         golden = golden_dir / name
         if os.environ.get("NINFER_UPDATE_GOLDEN"):
@@ -88,7 +91,8 @@ def test_generated_sources_match_golden(tmp_path):
     plan = make_plan(graph, target, LIMITS)
     tree = render_tree(graph, plan, target, "qwen2-mini", CpuBackend(Path("kernels.o")),
                        tmp_path / "src", tmp_path / "out")
-    _compare(tree.directory, GOLDEN, FILES, target.stable_hash())
+    _compare(tree.directory, GOLDEN, FILES, target.stable_hash(),
+             plan.build_digest(graph.config, target, "qwen2-mini"))
 
 
 def _digest(source: str) -> str:
@@ -151,7 +155,8 @@ def test_cuda_launch_code_matches_golden(tmp_path):
     backend = cuda_backend(verified, plan.limits.prefill_chunk, nvcc="nvcc")
     tree = render_tree(graph, plan, target, "qwen2-mini", backend, tmp_path / "src",
                        tmp_path / "out")
-    _compare(tree.directory, GOLDEN_CUDA, CUDA_FILES, target.stable_hash())
+    _compare(tree.directory, GOLDEN_CUDA, CUDA_FILES, target.stable_hash(),
+             plan.build_digest(graph.config, target, "qwen2-mini"))
 
 
 def test_speculation_sizes_the_logits_rows_of_every_target(tmp_path):

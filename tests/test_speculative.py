@@ -132,6 +132,19 @@ def test_greedy_outputs_are_the_same_with_and_without_drafts(any_spec_model):
         assert metrics.value("ninfer:state_slots_used") == 0
 
 
+def test_two_builds_of_one_model_load_side_by_side_in_one_process(qwen35_model, hybrid_spec_model):
+    """CPython keeps one extension module per name: the module of each build is named
+    after its build digest, so a process that loaded one build's engine and then another's
+    (a test run, a notebook) gets each its own program."""
+    from ninfer.runtime.engine import load_engine
+
+    a = load_engine(qwen35_model.out_dir).info()
+    b = load_engine(hybrid_spec_model.out_dir).info()
+    assert (a["spec"], b["spec"]) == ("none", "ngram")
+    assert a["build_digest"] != b["build_digest"]
+    assert (a["state_group"], b["state_group"]) == (1, 1 + DRAFTS)
+
+
 def test_hybrid_verify_steps_continue_with_the_bits_of_plain_decoding(hybrid_spec_model):
     """The step contract of speculative decoding on the real hybrid kernels (the tiny
     Qwen3.5, Gated DeltaNet with the chunked prefill), driven as the engine drives it: a

@@ -57,6 +57,7 @@ def manifest(model: FrontendModel, plan: Plan, target: Target, model_id: str
         "target": {"name": target.name, "kind": target.kind, "hash": target.stable_hash(),
                    "arch": target.arch, "sm_count": target.sm_count},
         "limits": asdict(plan.limits),
+        "build": {"digest": plan.build_digest(graph.config, target, model_id)},
         "weights": plan.to_json()["weights"],
         "tokenizer": tok.tokenizer_json,
         "chat_template": manifest_entry(model.chat_templates, tok.special_tokens),

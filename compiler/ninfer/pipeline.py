@@ -120,9 +120,10 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
             cmake_build(src_dir, out_dir / "cmake-build", log=out_dir / "build.log")
             # a module of an earlier compile into this directory under another model id
             # would be the one load_engine() imports
-            from ninfer.codegen.render import model_slug
+            from ninfer.codegen.render import module_name
 
-            own = f"ninfer_engine_{model_slug(model_id)}."
+            own = module_name(model_id, plan.build_digest(model.graph.config, target,
+                                                          model_id)) + "."
             for stale in out_dir.glob("ninfer_engine_*.so"):
                 if not stale.name.startswith(own):
                     stale.unlink()

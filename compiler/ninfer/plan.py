@@ -5,11 +5,14 @@ A configuration that cannot fit fails here, with the numbers.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from ninfer.frontend.config import ModelConfig
 from ninfer.frontend.graph import ModelGraph, WeightSpec
 from ninfer.frontend.hybrid import HybridTraits
 from ninfer.kernels.spec import (
@@ -208,6 +211,17 @@ class Plan:
     memory: MemoryPlan
     kv: KvPlan
     weights: WeightFormats = WeightFormats()
+
+    def build_digest(self, config: ModelConfig, target: Target, model_id: str) -> str:
+        """What the generated program is made of (this plan, the model's config, the
+        target profile, the id and ninfer's version), hashed: the server refuses an artifact
+        of another digest, and the Python module of the build is named after it."""
+        from ninfer import __version__
+
+        blob = json.dumps({"plan": self.to_json(), "config": asdict(config),  # extra too
+                           "target": target.stable_hash(), "model_id": model_id,
+                           "version": __version__}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def unique_kernels(self) -> list[KernelSpec]:
         seen: dict[str, KernelSpec] = {}

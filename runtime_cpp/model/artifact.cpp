@@ -33,7 +33,8 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }  // namespace
 
 Artifact::Artifact(const std::string& path, const std::string& expected_target,
-                   const std::string& expected_target_hash, bool verify_checksums)
+                   const std::string& expected_target_hash, bool verify_checksums,
+                   const std::string& expected_build)
     : path_(path) {
   // The destructor does not run when the constructor throws: unmap here.
   auto fail = [&](const std::string& why) {
@@ -79,7 +80,7 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
   }
 
   try {
-    check_manifest(base, expected_target, expected_target_hash, verify_checksums);
+    check_manifest(base, expected_target, expected_target_hash, verify_checksums, expected_build);
   } catch (const nlohmann::json::exception& e) {  // a field missing or of the wrong type
     fail(std::string("malformed manifest: ") + e.what());
   } catch (const std::runtime_error& e) {
@@ -89,7 +90,8 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
 }
 
 void Artifact::check_manifest(const unsigned char* base, const std::string& expected_target,
-                              const std::string& expected_target_hash, bool verify_checksums) {
+                              const std::string& expected_target_hash, bool verify_checksums,
+                              const std::string& expected_build) {
   auto fail = [](const std::string& why) { throw std::runtime_error(why); };
   const auto& target = manifest_.at("target");
   const std::string name = target.at("name");
@@ -101,6 +103,16 @@ void Artifact::check_manifest(const unsigned char* base, const std::string& expe
     fail("target '" + name + "' profile hash " + target.at("hash").get<std::string>() +
          " differs from this server's " + expected_target_hash +
          " (the target profile changed between builds); recompile");
+  // The same target under other limits, formats or kernels (another --max-concurrency,
+  // --spec, --weights ...) is another program: its tensors may even fit this one's shapes.
+  if (!expected_build.empty()) {
+    const auto build = manifest_.find("build");
+    const std::string got = build == manifest_.end() ? std::string("none (an older ninfer)")
+                                                     : build->at("digest").get<std::string>();
+    if (got != expected_build)
+      fail("compiled from another plan (build digest " + got + ") than this server's (" +
+           expected_build + "): use the server built beside this artifact, or recompile");
+  }
 
   for (const auto& t : manifest_.at("tensors")) {
     TensorView view;

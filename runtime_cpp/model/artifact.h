@@ -23,9 +23,12 @@ struct TensorView {
 class Artifact {
  public:
   // Throws std::runtime_error naming the file and what is wrong with it.
-  // `expected_target` / `expected_target_hash` are the target the binary was built for.
+  // `expected_target` / `expected_target_hash` are the target the binary was built for;
+  // `expected_build` the build digest of the plan its code was generated from (the
+  // manifest's build.digest; empty: not checked, for tools that read any artifact).
   Artifact(const std::string& path, const std::string& expected_target,
-           const std::string& expected_target_hash, bool verify_checksums = true);
+           const std::string& expected_target_hash, bool verify_checksums = true,
+           const std::string& expected_build = "");
   ~Artifact();
   Artifact(const Artifact&) = delete;
   Artifact& operator=(const Artifact&) = delete;
@@ -44,7 +47,8 @@ class Artifact {
  private:
   // The target, then every tensor of the table (throws std::runtime_error saying why).
   void check_manifest(const unsigned char* base, const std::string& expected_target,
-                      const std::string& expected_target_hash, bool verify_checksums);
+                      const std::string& expected_target_hash, bool verify_checksums,
+                      const std::string& expected_build);
 
   std::string path_;
   void* map_ = nullptr;

@@ -24,6 +24,8 @@ struct ModelInfo {
   std::string model_id;
   std::string target;       // target profile name the kernels were built for
   std::string target_hash;  // Target.stable_hash() at compile time
+  // Plan.build_digest() at compile time: the artifact must come from the same plan
+  std::string build_digest;
   int vocab_size = 0;
   int max_context = 0;    // compiled maximum tokens per sequence
   int prefill_chunk = 0;  // compiled maximum rows per step (the step token budget)

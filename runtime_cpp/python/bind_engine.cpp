@@ -27,7 +27,8 @@ class PyEngine {
  public:
   PyEngine(const std::string& path, int threads) {
     const ModelInfo& info = compiled_model_info();
-    artifact_ = std::make_unique<Artifact>(path, info.target, info.target_hash);
+    artifact_ =
+        std::make_unique<Artifact>(path, info.target, info.target_hash, true, info.build_digest);
     backend::init({threads, false});
     tokenizer_ =
         std::make_unique<Tokenizer>(Tokenizer::from_json(artifact_->manifest().at("tokenizer")));
@@ -134,6 +135,8 @@ class PyEngine {
     d["state_slots"] = i.state_slots;
     d["state_group"] = i.state_group();
     d["max_draft_tokens"] = i.max_draft_tokens;
+    d["spec"] = i.spec;
+    d["build_digest"] = i.build_digest;
     d["backend"] = backend::describe();
     return d;
   }

@@ -119,8 +119,9 @@ void load(Loaded& l, const Options& opt, const ModelInfo& compiled, EngineOption
   // The artifact is checked first (target, version, checksums): a wrong file is refused
   // for what it is before any device is touched. Then the backend refuses a device the
   // compiled launch budgets were not proven for.
-  l.artifact = std::make_unique<Artifact>(artifact_path(opt, argv0), compiled.target,
-                                          compiled.target_hash, opt.verify_checksums);
+  l.artifact =
+      std::make_unique<Artifact>(artifact_path(opt, argv0), compiled.target, compiled.target_hash,
+                                 opt.verify_checksums, compiled.build_digest);
   backend::init({opt.threads, opt.allow_more_sms, opt.cuda_graphs});
   const nlohmann::json& m = l.artifact->manifest();
   l.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_json(m.at("tokenizer")));

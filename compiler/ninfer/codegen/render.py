@@ -54,6 +54,12 @@ def model_slug(model_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", model_id) or "model"
 
 
+def module_name(model_id: str, build_digest: str) -> str:
+    """The Python module of a build: CPython keeps one extension module per name in a
+    process, so two builds of one model (other limits, --spec ...) need two names."""
+    return f"ninfer_engine_{model_slug(model_id)}_{build_digest}"
+
+
 def tvm_include_dirs() -> list[str]:
     base = Path(tvm_ffi.__file__).resolve().parent / "include"
     tvm_inc = Path(tvm_ffi.__file__).resolve().parents[1] / "tvm" / "include"
@@ -77,9 +83,12 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
     kernels = {role: spec.name() for role, spec in plan.kernels.items()}
     hybrid = graph.traits if isinstance(graph.traits, HybridTraits) else None
     stubs = [make_stub(spec) for spec in sorted(plan.unique_kernels(), key=lambda s: s.name())]
+    digest = plan.build_digest(graph.config, target, model_id)
     context = {
         "model_id": model_id,
         "model_slug": model_slug(model_id),
+        "build_digest": digest,
+        "module_name": module_name(model_id, digest),
         "cfg": graph.config,
         "traits": graph.traits,
         "target": target,

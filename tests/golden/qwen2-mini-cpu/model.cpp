@@ -261,7 +261,7 @@ class GeneratedModel final : public Model {
 }  // namespace
 
 const ModelInfo& compiled_model_info() {
-  static const ModelInfo info{"qwen2-mini", "cpu", "<target-hash>",
+  static const ModelInfo info{"qwen2-mini", "cpu", "<target-hash>", "<build-digest>",
                               kVocab, kMaxContext, kPrefillChunk, kLayers, kMaxConcurrency, kBlockSize,
                               kBlocks, kBlocksPerSeq, size_t(1024),
                               "f16", 0,

@@ -321,7 +321,7 @@ class GeneratedModel final : public Model {
 }  // namespace
 
 const ModelInfo& compiled_model_info() {
-  static const ModelInfo info{"qwen2-mini", "rtx4080s", "<target-hash>",
+  static const ModelInfo info{"qwen2-mini", "rtx4080s", "<target-hash>", "<build-digest>",
                               kVocab, kMaxContext, kPrefillChunk, kLayers, kMaxConcurrency, kBlockSize,
                               kBlocks, kBlocksPerSeq, size_t(2048),
                               "f16", 0,
