@@ -80,7 +80,7 @@ def _make_hybrid(name: str, directory: Path, common: dict[str, Any]) -> None:
             "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4}
     torch.manual_seed(4321)
     model: Any
-    if name == "qwen35-tiny":
+    if name in ("qwen35-tiny", "qwen35mtp-tiny"):
         model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(
             **text, tie_word_embeddings=False))
         dtype = torch.float32
@@ -106,9 +106,42 @@ def _make_hybrid(name: str, directory: Path, common: dict[str, Any]) -> None:
         for p in model.parameters():
             p.add_(0.1 * torch.randn_like(p))
     model.to(dtype).save_pretrained(directory)
+    if name == "qwen35mtp-tiny":
+        _add_mtp_head(model.config, directory)
 
 
-HYBRID_MODELS = ("qwen35-tiny", "qwen35vl-tiny", "qwen3next-tiny", "qwen35moe-tiny")
+def _add_mtp_head(cfg: Any, directory: Path) -> None:
+    """qwen35mtp-tiny: qwen35-tiny plus a multi-token-prediction head under `mtp.` as
+    Qwen3.5 checkpoints hold it (fc [H, 2H], the two pre-fc norms, one full-attention
+    decoder layer `mtp.layers.0.`, `mtp.norm`), random, written into the checkpoint's
+    safetensors file beside the model's tensors."""
+    import copy
+
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    mtp_cfg = copy.deepcopy(cfg)
+    mtp_cfg.num_hidden_layers, mtp_cfg.layer_types = 1, ["full_attention"]
+    torch.manual_seed(8765)
+    layer = transformers.Qwen3_5TextModel(mtp_cfg)
+    H = cfg.hidden_size
+    extra = {f"mtp.{k}": v for k, v in layer.state_dict().items()
+             if not k.startswith("embed_tokens")}
+    extra |= {"mtp.fc.weight": torch.randn(H, 2 * H) / (2 * H) ** 0.5,
+              "mtp.pre_fc_norm_embedding.weight": torch.zeros(H),
+              "mtp.pre_fc_norm_hidden.weight": torch.zeros(H)}
+    with torch.no_grad():
+        for v in extra.values():
+            v.add_(0.1 * torch.randn_like(v))
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    save_file({**tensors, **{k: v.contiguous() for k, v in extra.items()}}, path,
+              metadata={"format": "pt"})
+
+
+HYBRID_MODELS = ("qwen35-tiny", "qwen35vl-tiny", "qwen3next-tiny", "qwen35moe-tiny",
+                 "qwen35mtp-tiny")
 
 
 def _make_checkpoint(name: str, directory: Path) -> list[int]:
@@ -243,18 +276,23 @@ def compile_once(opts: Any) -> None:
         stamp.write_text(json.dumps({"key": key}))
 
 
-def compiled(name: str) -> CompiledModel:
-    from ninfer.pipeline import CompileOptions
-
+def checkpoint(name: str) -> tuple[Path, list[int]]:
+    """The test checkpoint `name` (made once, cached) and its eos token ids."""
     ckpt = TEST_MODELS / f"{name}-checkpoint"
-    generator = generator_digest(_make_checkpoint, _make_hybrid, name)
+    generator = generator_digest(_make_checkpoint, _make_hybrid, _add_mtp_head, name)
     with locked(ckpt.name):
         facts = _cached(ckpt, generator)
         if facts is None:
             shutil.rmtree(ckpt, ignore_errors=True)
             facts = {"eos_token_ids": _make_checkpoint(name, ckpt), "generator": generator}
             (ckpt / "ninfer-test.json").write_text(json.dumps(facts))
-    eos = facts["eos_token_ids"]
+    return ckpt, facts["eos_token_ids"]
+
+
+def compiled(name: str) -> CompiledModel:
+    from ninfer.pipeline import CompileOptions
+
+    ckpt, eos = checkpoint(name)
     out = TEST_MODELS / f"{name}-cpu"
     # An f32 KV cache (the default is f16): these builds are checked against transformers
     # at f32 tolerances. The f16 cache is served end to end by test_cli's default compile

@@ -128,9 +128,6 @@ class CompileOptions:
             if not 1 <= self.max_draft_tokens <= MAX_DRAFT_TOKENS:
                 raise OptionsError(f"--max-draft-tokens {self.max_draft_tokens} must be in "
                                    f"[1, {MAX_DRAFT_TOKENS}]")
-        if self.spec == "mtp":
-            raise OptionsError("--spec mtp: the MTP draft head is not built yet (issue 16); "
-                               "--spec ngram drafts by prompt lookup and needs no weights")
 
     @property
     def draft_tokens(self) -> int:
@@ -154,6 +151,9 @@ class CompileOptions:
 
     def check_target(self, target: Target) -> None:
         """Raise OptionsError where an option does not suit `target`."""
+        if self.spec == "mtp" and target.is_cuda:
+            raise OptionsError(f"--spec mtp: the MTP draft program runs on the cpu target so "
+                               f"far, not on {target.name}; --spec ngram drafts there")
         if self.prefill_projections == "coop" and not target.is_cuda:
             raise OptionsError("--prefill-projections coop needs a CUDA target")
         if target.is_cuda and self.kv_dtype not in CUDA_KV_DTYPES:

@@ -62,7 +62,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     # 2. Frontend: checkpoint -> typed graph; tokenizer read; the chat templates compiled
     #    to C++ now (pure Python), so a construct the generator lacks fails at once.
     with stage("frontend"):
-        model = read_model(opts.model_dir, opts.chat_template)
+        model = read_model(opts.model_dir, opts.chat_template, mtp=opts.spec == "mtp")
         opts, weights_note = opts.with_checkpoint_weights(model.native_weight_format())
         chat_sources = chat_template_sources(model.chat_templates)
     dump.json("graph.json", model.graph_json())

@@ -53,7 +53,9 @@ MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head",
                 # hybrid models: the attention's output gate, the Gated DeltaNet projections
                 "q_gate", "gdn_qkv", "gdn_z", "gdn_ba", "gdn_out",
                 # sparse MoE blocks
-                "router", "expert_gate_up", "expert_down", "shared_gate_up", "shared_down")
+                "router", "expert_gate_up", "expert_down", "shared_gate_up", "shared_down",
+                # the MTP draft head's fc (--spec mtp), as two [H, H] halves
+                "mtp_fc")
 # Device sampler (CUDA): logit edits per sequence beyond its distinct context tokens (the
 # penalties' tokens): logit_bias entries and min_tokens' stop ids.
 SAMPLER_EXTRA_EDITS = 1024
@@ -305,6 +307,11 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         raise PlanError("--gdn-prefill chunked: this model has no Gated DeltaNet layers "
                         "(only the hybrid Qwen3.5 / Qwen3-Next families do)")
     attn_layers = len(hybrid.attention_layers) if hybrid else cfg.num_layers
+    mtp = limits.spec == "mtp"
+    if mtp and not any(w.name == "mtp.norm" for w in graph.weights):
+        raise PlanError("--spec mtp: the graph has no compiled MTP head (read the model with "
+                        "its head: frontend.read_model(..., mtp=True))")
+    attn_layers += 1 if mtp else 0  # the MTP layer keeps its own keys and values
     rotary = graph.rope_dims
 
     # Activation buffers, in floats per token row (sized for the largest step).
@@ -329,6 +336,8 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                         "ex_gu": K * 2 * hybrid.moe_inter, "ex_act": K * hybrid.moe_inter,
                         "ex_out": K * h, "sh_gu": 2 * hybrid.shared_inter,
                         "sh_act": hybrid.shared_inter}
+        if mtp:  # the main step's final-normed hidden rows; the head's two fc inputs
+            buffers |= {"mtp_hid": h, "mtp_a": h, "mtp_b": h}
         state_bytes = 4 * state_slots * len(hybrid.linear_layers) * (
             (hybrid.conv_kernel - 1) * hybrid.conv_dim
             + hybrid.v_heads * hybrid.k_dim * hybrid.v_dim)
@@ -435,6 +444,8 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
             for role in ("gate_up", "down"):
                 del kernels[f"{role}_gemv"], kernels[f"{role}_gemm"]
             del kernels["silu_mul"]
+        if mtp:
+            shapes.append(("mtp_fc", h, h))
         for role, k, n in shapes:
             kernels[f"{role}_gemv"] = _matmul(k, n, False, "gemv", role)
             kernels[f"{role}_gemm"] = _matmul(k, n, False, "gemm", role)

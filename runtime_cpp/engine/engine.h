@@ -114,6 +114,10 @@ class Engine {
   int32_t sample_host(Seq& s, float* logits, TokenLogprob* logprob, const int32_t* draft = nullptr,
                       bool* accepted = nullptr);
   void propose_drafts();
+  // --spec mtp, after a step's tokens are decided: the model's draft head over the step's
+  // rows (each with its sequence's next token) fills its own keys/values and proposes
+  // the drafts of every sequence that decodes next (held by its HeldDrafter).
+  void draft_mtp(const StepPlan& plan);
   // Verifies s's drafts against logits rows [first, first + s.drafts.size()] (on the host,
   // or with `errors` the device's sampled rows and their description errors) and emits the
   // tokens; true when s finished (and is gone).
@@ -158,6 +162,9 @@ class Engine {
   std::unordered_map<int32_t, int> edit_index_;  // token -> its edit in the row being built
   std::vector<int32_t> tokens_, positions_, slots_, block_tables_, logit_rows_;
   std::vector<int32_t> state_slots_, save_slots_;  // models with recurrent state
+  bool mtp_ = false;  // drafts from the model's MTP head (ModelInfo::spec "mtp")
+  std::vector<int32_t> draft_next_, draft_rows_, draft_counts_, draft_out_;
+  std::vector<Seq*> draft_seqs_;
   // Step cost model for max_decode_slowdown: a decode-only step, and each prompt row
   // on top of one (exponential moving averages of measured step times).
   double decode_step_ms_ = 0, prompt_row_ms_ = 0;

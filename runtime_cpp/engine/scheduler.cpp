@@ -184,12 +184,7 @@ StepPlan Scheduler::plan(int prefill_limit) {
   bool prompts = !waiting_.empty();
   for (const Sequence* s : running_) prompts = prompts || s->pending() > 1 || s->shares;
   int draft_budget = std::max(0, budget - (prompts ? std::max(1, config_.prefill_align) : 0));
-  int keep_free = 0;
-  if (!waiting_.empty()) {
-    const Sequence* head = waiting_.front();
-    keep_free = kv_.blocks_for(static_cast<int>(head->tokens.size())) *
-                (1 + static_cast<int>(head->forks.size()));
-  }
+  const int keep_free = waiting_head_blocks();
   for (Chunk& c : plan.chunks) {
     Sequence* s = c.seq;
     const int n = static_cast<int>(s->tokens.size());
@@ -282,6 +277,22 @@ void Scheduler::accept_draft(Sequence* seq) {
   if (seq->num_computed >= static_cast<int>(seq->tokens.size()))
     throw std::logic_error("accept_draft: the accepted draft is not among the tokens");
   ++seq->num_computed;
+}
+
+int Scheduler::waiting_head_blocks() const {
+  if (waiting_.empty()) return 0;
+  const Sequence* head = waiting_.front();
+  return kv_.blocks_for(static_cast<int>(head->tokens.size())) *
+         (1 + static_cast<int>(head->forks.size()));
+}
+
+bool Scheduler::reserve(Sequence* seq, int positions) {
+  if (seq->slot < 0 || seq->shares) return false;
+  const int want = kv_.blocks_for(positions);
+  const int extra = want - static_cast<int>(seq->blocks.size());
+  if (extra <= 0) return true;
+  if (want > config_.blocks_per_seq || kv_.free() - extra < waiting_head_blocks()) return false;
+  return kv_.grow(seq->blocks, positions);
 }
 
 void Scheduler::drop_rejected(Sequence* seq) {

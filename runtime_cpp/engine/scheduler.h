@@ -115,6 +115,11 @@ class Scheduler {
   // Releases the KV blocks past those seq->tokens needs (rejected drafts' rows) and
   // clears seq->drafts.
   void drop_rejected(Sequence* seq);
+  // Grows a running sequence's blocks to cover `positions` (speculation's lookahead: the
+  // MTP head's chained draft rows write keys/values past its tokens), as drafts get
+  // blocks: never preempting, never taking the waiting head's. False when they are not
+  // free (the blocks are then unchanged); true when already held.
+  bool reserve(Sequence* seq, int positions);
   // [table_rows x blocks_per_seq] block ids of the running sequences, by slot.
   void fill_block_tables(int32_t* tables) const;
 
@@ -135,6 +140,7 @@ class Scheduler {
   void detach_forks(Sequence* seq, StepPlan* plan, int* budget);
   void enqueue_in_order(Sequence* seq);
   int take_slot();
+  int waiting_head_blocks() const;  // the blocks the waiting head needs to be admitted
   // Rows of `s`'s prompt for a step with `budget` rows left: all it has pending if they
   // fit, else up to the last multiple of the alignment within the budget (0: none).
   int prompt_rows(const Sequence& s, int budget) const;

@@ -104,6 +104,25 @@ struct SampleRow {
   int n_edits = 0;
   const uint32_t* mask = nullptr;  // ceil(vocab / 32) words, bit set = allowed; nullptr: all
 };
+// Models compiled with --spec mtp (Model::draft): the draft head over the rows of the
+// step that just ran, then its chains.
+struct DraftBatch {
+  // [step rows] the token at position positions[i] + 1 of row i's sequence, or -1 when
+  // there is none yet (a prompt chunk's last row before the prompt's end is never -1: the
+  // next prompt token; a rejected draft row is -1). The head runs over the rows that have
+  // one and writes its own key/value at their positions; -1 rows read and write nothing.
+  const int32_t* next = nullptr;
+  // Sequences that draft: n_seqs of them, sequence j from step row rows[j] (its last
+  // accepted row, next[rows[j]] >= 0), counts[j] (1..max_draft_tokens) greedy drafts at
+  // positions positions[rows[j]] + 1 ..; the chain writes the head's keys/values at
+  // positions up to positions[rows[j]] + counts[j] - 1, which `block_tables` (the step's,
+  // grown to cover them) must hold.
+  int n_seqs = 0;
+  const int32_t* rows = nullptr;
+  const int32_t* counts = nullptr;
+  const int32_t* block_tables = nullptr;  // [max_concurrency x blocks_per_seq]
+};
+
 struct SampledToken {
   int32_t token = -1;                          // -1: every token was masked
   float logprob = 0;                           // raw (the model's log-softmax), when logprobs >= 0
@@ -126,6 +145,13 @@ class Model {
   virtual bool samples_on_device() const { return false; }
   virtual void launch(const StepBatch&) { no_device_sampling(); }
   virtual void sample(const SampleRow*, SampledToken*) { no_device_sampling(); }
+
+  // --spec mtp: the draft head over the last step's rows (DraftBatch); writes sequence
+  // j's drafts to drafts[j * max_draft_tokens ...] (counts[j] of them). Call after step()
+  // or sample(), before the next step.
+  virtual void draft(const DraftBatch&, int32_t*) {
+    throw std::logic_error("this model has no MTP draft head (compile with --spec mtp)");
+  }
 
   // One sequence in slot 0 with blocks 1..blocks_per_seq (for parity tests and tools
   // without an engine): `n` tokens at positions pos0.., logits of the last one.

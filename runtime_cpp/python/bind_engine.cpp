@@ -116,6 +116,37 @@ class PyEngine {
     return logits;
   }
 
+  // --spec mtp: the draft head over the last step's rows (model.h's DraftBatch); each
+  // sequence's drafts.
+  std::vector<std::vector<int32_t>> draft(const std::vector<int32_t>& next,
+                                          const std::vector<int32_t>& rows,
+                                          const std::vector<int32_t>& counts,
+                                          const std::vector<int32_t>& block_tables) {
+    const ModelInfo& info = model_->info();
+    if (rows.size() != counts.size())
+      throw std::invalid_argument("draft: rows and counts differ in length");
+    if (block_tables.size() != size_t(info.max_concurrency) * info.blocks_per_seq)
+      throw std::invalid_argument(
+          "draft: block_tables needs max_concurrency x blocks_per_seq entries");
+    DraftBatch b;
+    b.next = next.data();
+    b.n_seqs = static_cast<int>(rows.size());
+    b.rows = rows.data();
+    b.counts = counts.data();
+    b.block_tables = block_tables.data();
+    std::vector<int32_t> out(rows.size() * size_t(info.max_draft_tokens), -1);
+    {
+      py::gil_scoped_release release;
+      model_->draft(b, out.data());
+    }
+    std::vector<std::vector<int32_t>> drafts(rows.size());
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const auto* o = out.data() + j * size_t(info.max_draft_tokens);
+      drafts[j].assign(o, o + counts[j]);
+    }
+    return drafts;
+  }
+
   std::vector<int32_t> encode(const std::string& text, bool add_special) {
     return tokenizer_->encode(text, add_special);
   }
@@ -170,6 +201,10 @@ void ninfer_bind_engine(py::module_& m) {
            py::arg("save_slots") = std::vector<int32_t>{},
            "One step of rows of several sequences (model.h's StepBatch); the logits of "
            "logit_rows")
+      .def("draft", &ninfer::PyEngine::draft, py::arg("next"), py::arg("rows"), py::arg("counts"),
+           py::arg("block_tables"),
+           "--spec mtp: the draft head over the last step's rows (model.h's DraftBatch); "
+           "each sequence's greedy drafts")
       .def("encode", &ninfer::PyEngine::encode, py::arg("text"),
            py::arg("add_special_tokens") = true)
       .def("manifest", &ninfer::PyEngine::manifest)

@@ -38,7 +38,7 @@ const char* const kUsage =
     "                     [--reasoning-parser NAME] [--tool-call-parser NAME]\n"
     "                     [--reasoning-budget N]\n"
     "                     [--served-model-name NAME [NAME ...]] [--api-key KEY]\n"
-    "                     [--spec none|ngram] [--draft-tokens K]\n"
+    "                     [--spec none|ngram|mtp] [--draft-tokens K]\n"
     "                     [--ngram-min N] [--ngram-max N]\n"
     "  --port 0 picks a free port and prints it.\n"
     "  --threads N               CPU: worker threads (default: one per core)\n"
@@ -74,11 +74,13 @@ const char* const kUsage =
     "                            compiled id); more names are accepted as aliases\n"
     "  --api-key KEY             every route but /health needs 'Authorization: Bearer KEY'\n"
     "                            or 'x-api-key: KEY' (default: $NINFER_API_KEY, else none)\n"
-    "  --spec none|ngram         speculative decoding (default: what the model was compiled\n"
+    "  --spec none|ngram|mtp     speculative decoding (default: what the model was compiled\n"
     "                            for with ninfer-compile --spec; none turns it off). ngram:\n"
     "                            each decoding request proposes the tokens that followed an\n"
     "                            earlier occurrence of its last n tokens (prompt and output),\n"
-    "                            verified in one step; outputs are those of plain decoding\n"
+    "                            verified in one step; mtp: the checkpoint's draft head\n"
+    "                            proposes them greedily after each step; either way the\n"
+    "                            outputs are those of plain decoding\n"
     "  --draft-tokens K          drafts per request and step (default and maximum: the\n"
     "                            compiled --max-draft-tokens)\n"
     "  --ngram-min N, --ngram-max N  n-gram sizes the lookup matches, longest first\n"
@@ -216,8 +218,6 @@ EngineOptions resolve(const Options& o, const ModelInfo& compiled) {
                                    : "for --spec " + compiled.spec) +
           "; recompile with ninfer-compile --spec " + spec + " or pass --spec " +
           (compiled.spec == "none" ? std::string("none") : compiled.spec + " or none"));
-    if (spec != "ngram")
-      throw std::invalid_argument("--spec " + spec + ": only ngram drafts are served so far");
     check_compiled(o.draft_tokens, compiled.max_draft_tokens, "--draft-tokens",
                    "--max-draft-tokens");
     eo.draft_tokens = o.draft_tokens > 0 ? o.draft_tokens : compiled.max_draft_tokens;

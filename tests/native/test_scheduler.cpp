@@ -308,6 +308,31 @@ void test_scheduler() {
              trial % 4 == 3 ? 1 + static_cast<int>(rng() % 4) : std::numeric_limits<int>::max());
     for (auto& s : seqs) CHECK(static_cast<int>(s.tokens.size()) == s.total - 1 && s.done);
   }
+
+  // reserve (the MTP chain's lookahead): grows a running sequence's blocks, is a no-op
+  // when they are held, and never takes the blocks the waiting head needs.
+  {
+    SchedulerConfig cfg{2,
+                        2,
+                        /*prefill_chunk=*/8,
+                        /*kv_blocks=*/7,
+                        /*block_size=*/4,
+                        /*blocks_per_seq=*/4};
+    Scheduler sc(cfg);
+    auto seqs = make_seqs({{6, 12}, {9, 12}});
+    CHECK(!sc.reserve(&seqs[0], 8));  // not running
+    sc.add(&seqs[0]);
+    StepPlan p = sc.plan();
+    sc.commit(p);
+    seqs[0].tokens.push_back(1);
+    CHECK(seqs[0].blocks.size() == 2 && sc.reserve(&seqs[0], 8) && seqs[0].blocks.size() == 2);
+    CHECK(sc.reserve(&seqs[0], 9) && seqs[0].blocks.size() == 3 && sc.kv().free() == 3);
+    CHECK(!sc.reserve(&seqs[0], 17));  // past the block table
+    sc.add(&seqs[1]);  // waits for a slot: its 9-token prompt needs the 3 free blocks
+    CHECK(!sc.reserve(&seqs[0], 13) && seqs[0].blocks.size() == 3);
+    sc.remove(&seqs[1]);
+    CHECK(sc.reserve(&seqs[0], 13) && seqs[0].blocks.size() == 4 && sc.kv().free() == 2);
+  }
   std::puts("scheduler ok");
 }
 

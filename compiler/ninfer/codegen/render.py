@@ -99,7 +99,10 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "plan_kernels": plan.kernels,
         "wparts": {role: weight_parts(role, plan.kernels[f"{role}_gemv"])
                    for role in plan.matmul_roles},
-        "layer_roles": [r for r in plan.matmul_roles if r != "lm_head"],
+        "layer_roles": [r for r in plan.matmul_roles if r not in ("lm_head", "mtp_fc")],
+        "mtp": plan.limits.spec == "mtp",
+        "mtp_sparse": plan.limits.spec == "mtp" and any(
+            w.name == "mtp.layers.0.router" for w in graph.weights),
         "hybrid": hybrid,
         "linear_flags": ["true" if t == LINEAR else "false"
                          for t in (hybrid.layer_types if hybrid else ())],

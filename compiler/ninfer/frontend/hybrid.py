@@ -25,6 +25,7 @@ under `model.language_model.` and its vision tower (skipped, with a notice) unde
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from ninfer.frontend.checkpoint import Checkpoint
 from ninfer.frontend.config import FrontendError, ModelConfig
-from ninfer.frontend.graph import DenseBlockTraits, WeightSpec
+from ninfer.frontend.graph import DenseBlockTraits, ModelGraph, WeightSpec
 
 HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
                         "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration",
@@ -167,20 +168,19 @@ def text_prefix(ckpt: Checkpoint) -> str:
             in ckpt.tensors else "model.")
 
 
-def skipped_tensor_notes(ckpt: Checkpoint) -> tuple[str, ...]:
+def skipped_tensor_notes(ckpt: Checkpoint, mtp: bool = False) -> tuple[str, ...]:
     """Notices for checkpoint parts that are not compiled: a multimodal checkpoint's vision
-    tower, a multi-token-prediction head."""
+    tower, a multi-token-prediction head (unless `mtp`: compiled for --spec mtp)."""
     notes = []
     vision = [n for n in ckpt.tensors if n.startswith(("model.visual.", "visual."))]
     if vision:
         notes.append(f"the vision tower ({len(vision)} tensors under model.visual.) is "
                      "skipped: ninfer serves the text model")
-    mtp = mtp_weights(ckpt)
-    if mtp:
-        notes.append(f"the multi-token-prediction head ({len(mtp)} mtp.* tensors) is stored "
-                     "in the artifact as the checkpoint holds it, not compiled: MTP drafting "
-                     "is not built yet (its float64 reference is "
-                     "kernels.gdn_reference.mtp_hidden; --spec ngram drafts without it)")
+    head = mtp_weights(ckpt)
+    if head and not mtp:
+        notes.append(f"the multi-token-prediction head ({len(head)} mtp.* tensors) is stored "
+                     "in the artifact as the checkpoint holds it, not compiled: compile with "
+                     "--spec mtp to draft with it")
     return tuple(notes)
 
 
@@ -198,8 +198,7 @@ def hybrid_weights(cfg: ModelConfig, t: HybridTraits, prefix: str,
     become ours (graph.load_weight): `one_plus` folds a zero-centred norm's 1 + w,
     `query` / `gate` take the halves of a gated q_proj, `qkv` / `z` / `ba` regroup
     Qwen3-Next's fused projections, `conv` drops the conv weight's unit axis."""
-    h, d = cfg.hidden_size, cfg.head_dim
-    q_dim, kv_dim, inter = cfg.num_heads * d, cfg.num_kv_heads * d, cfg.intermediate_size
+    h = cfg.hidden_size
     P = prefix
     out = [WeightSpec("embed", (cfg.vocab_size, h), (P + "embed_tokens.weight",), "embedding")]
     for i, kind in enumerate(t.layer_types):
@@ -231,31 +230,94 @@ def hybrid_weights(cfg: ModelConfig, t: HybridTraits, prefix: str,
                            "linear"),
             ]
         else:
-            sa = src + "self_attn."
-            out += [
-                WeightSpec(p + "q", (q_dim, h), (sa + "q_proj.weight",), "linear", "query"),
-                WeightSpec(p + "q_gate", (q_dim, h), (sa + "q_proj.weight",), "linear", "gate"),
-                WeightSpec(p + "k", (kv_dim, h), (sa + "k_proj.weight",), "linear"),
-                WeightSpec(p + "v", (kv_dim, h), (sa + "v_proj.weight",), "linear"),
-                WeightSpec(p + "q_norm", (d,), (sa + "q_norm.weight",), "norm", "one_plus"),
-                WeightSpec(p + "k_norm", (d,), (sa + "k_norm.weight",), "norm", "one_plus"),
-                WeightSpec(p + "o", (h, q_dim), (sa + "o_proj.weight",), "linear"),
-            ]
-        m = src + "mlp."
-        out.append(WeightSpec(p + "post_norm", (h,), (src + "post_attention_layernorm.weight",),
-                              "norm", "one_plus"))
-        if i in t.sparse_layers:
-            out += _moe_weights(h, t, p, m, fused_experts)
-        else:
-            out += [
-                WeightSpec(p + "gate_up", (2 * inter, h), (m + "gate_proj.weight",
-                                                           m + "up_proj.weight"), "linear"),
-                WeightSpec(p + "down", (h, inter), (m + "down_proj.weight",), "linear"),
-            ]
+            out += _attention_weights(cfg, p, src)
+        out += _mlp_weights(cfg, t, p, src, i in t.sparse_layers, fused_experts)
     out.append(WeightSpec("final_norm", (h,), (P + "norm.weight",), "norm", "one_plus"))
     lm_src = P + "embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
     out.append(WeightSpec("lm_head", (cfg.vocab_size, h), (lm_src,), "lm_head"))
     return out
+
+
+def _attention_weights(cfg: ModelConfig, p: str, src: str) -> list[WeightSpec]:
+    """A gated full-attention block's tensors (`src` + self_attn.*) under our prefix `p`."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    q_dim, kv_dim = cfg.num_heads * d, cfg.num_kv_heads * d
+    sa = src + "self_attn."
+    return [
+        WeightSpec(p + "q", (q_dim, h), (sa + "q_proj.weight",), "linear", "query"),
+        WeightSpec(p + "q_gate", (q_dim, h), (sa + "q_proj.weight",), "linear", "gate"),
+        WeightSpec(p + "k", (kv_dim, h), (sa + "k_proj.weight",), "linear"),
+        WeightSpec(p + "v", (kv_dim, h), (sa + "v_proj.weight",), "linear"),
+        WeightSpec(p + "q_norm", (d,), (sa + "q_norm.weight",), "norm", "one_plus"),
+        WeightSpec(p + "k_norm", (d,), (sa + "k_norm.weight",), "norm", "one_plus"),
+        WeightSpec(p + "o", (h, q_dim), (sa + "o_proj.weight",), "linear"),
+    ]
+
+
+def _mlp_weights(cfg: ModelConfig, t: HybridTraits, p: str, src: str, sparse: bool,
+                 fused: bool) -> list[WeightSpec]:
+    """The post-attention norm and the MLP (sparse MoE, or dense SwiGLU) of a layer."""
+    h, m = cfg.hidden_size, src + "mlp."
+    out = [WeightSpec(p + "post_norm", (h,), (src + "post_attention_layernorm.weight",),
+                      "norm", "one_plus")]
+    if sparse:
+        return out + _moe_weights(h, t, p, m, fused)
+    return [*out,
+            WeightSpec(p + "gate_up", (2 * cfg.intermediate_size, h),
+                       (m + "gate_proj.weight", m + "up_proj.weight"), "linear"),
+            WeightSpec(p + "down", (h, cfg.intermediate_size), (m + "down_proj.weight",),
+                       "linear")]
+
+
+MTP_LAYER = "mtp.layers.0."
+
+
+def mtp_sparse(ckpt: Checkpoint) -> bool:
+    """Whether the checkpoint's MTP decoder layer has a sparse MoE block."""
+    return f"{MTP_LAYER}mlp.gate.weight" in ckpt.tensors
+
+
+def with_mtp_head(graph: ModelGraph, ckpt: Checkpoint) -> ModelGraph:
+    """`graph` with the checkpoint's MTP head compiled (mtp_head_weights) instead of
+    stored as the checkpoint holds it; FrontendError when there is none."""
+    if not isinstance(graph.traits, HybridTraits) or not mtp_weights(ckpt):
+        raise FrontendError(f"--spec mtp: {ckpt.directory} has no multi-token-prediction head "
+                            "(mtp.* tensors, as Qwen3.5 and Qwen3-Next checkpoints hold it); "
+                            "use --spec ngram")
+    head = mtp_head_weights(graph.config, graph.traits, ckpt)
+    missing = sorted({s for w in head for s in w.sources} - set(ckpt.tensors))
+    if missing:
+        raise FrontendError(f"{ckpt.directory}: the MTP head lacks tensor(s) "
+                            f"{', '.join(missing[:5])}")
+    kept = tuple(w for w in graph.weights if w.role != "mtp")
+    return dataclasses.replace(graph, weights=(*kept, *head))
+
+
+def mtp_head_weights(cfg: ModelConfig, t: HybridTraits, ckpt: Checkpoint) -> list[WeightSpec]:
+    """The multi-token-prediction head compiled for `--spec mtp` (what
+    kernels.gdn_reference.mtp_hidden computes): the two pre-fc norms, fc's [H, 2H] matrix
+    as two [H, H] matmuls (`mtp.embed.mtp_fc` over the normed embedding, `mtp.hidden.mtp_fc`
+    over the normed hidden state, summed), one gated full-attention decoder layer whose
+    roles are the main layers' (the same kernels and weight formats), and the final norm.
+    The LM head and the embedding are the model's."""
+    h = cfg.hidden_size
+    sparse = mtp_sparse(ckpt)
+    if (sparse and not t.sparse_layers) or (not sparse and not t.dense_mlp):
+        raise FrontendError(f"the MTP layer's MLP is {'sparse' if sparse else 'dense'} but "
+                            f"no layer of the model's is: --spec mtp needs the same kernels")
+    P = MTP_LAYER
+    return [
+        WeightSpec("mtp.embed_norm", (h,), ("mtp.pre_fc_norm_embedding.weight",), "norm",
+                   "one_plus"),
+        WeightSpec("mtp.hidden_norm", (h,), ("mtp.pre_fc_norm_hidden.weight",), "norm",
+                   "one_plus"),
+        WeightSpec("mtp.embed.mtp_fc", (h, h), ("mtp.fc.weight",), "linear", "fc_embed"),
+        WeightSpec("mtp.hidden.mtp_fc", (h, h), ("mtp.fc.weight",), "linear", "fc_hidden"),
+        WeightSpec(P + "input_norm", (h,), (P + "input_layernorm.weight",), "norm", "one_plus"),
+        *_attention_weights(cfg, P, P),
+        *_mlp_weights(cfg, t, P, P, sparse, fused_experts(ckpt, "mtp.")),
+        WeightSpec("mtp.norm", (h,), ("mtp.norm.weight",), "norm", "one_plus"),
+    ]
 
 
 def _moe_weights(h: int, t: HybridTraits, p: str, m: str, fused: bool) -> list[WeightSpec]:
@@ -330,6 +392,12 @@ def transform_weight(transform: str, parts: list[np.ndarray], cfg: ModelConfig,
         return parts[0].reshape(parts[0].shape[0], -1)
     if transform == "row":  # a [1, n] weight as [n]
         return parts[0].reshape(-1)
+    if transform in ("fc_embed", "fc_hidden"):  # the MTP fc's [H, 2H]: embedding columns first
+        h = cfg.hidden_size
+        if parts[0].shape != (h, 2 * h):
+            raise FrontendError(f"mtp.fc.weight has shape {parts[0].shape}, expected "
+                                f"{(h, 2 * h)}")
+        return parts[0][:, :h] if transform == "fc_embed" else parts[0][:, h:]
     if transform in ("query", "gate"):
         q, g = split_gated_query(parts[0], cfg.num_heads, cfg.head_dim)
         return q if transform == "query" else g

@@ -9,7 +9,7 @@ from typing import Any
 from ninfer.frontend.chat_template import ChatTemplate
 from ninfer.frontend.checkpoint import Checkpoint, open_checkpoint
 from ninfer.frontend.graph import ModelGraph
-from ninfer.frontend.hybrid import skipped_tensor_notes
+from ninfer.frontend.hybrid import skipped_tensor_notes, with_mtp_head
 from ninfer.frontend.llama import build_graph
 from ninfer.frontend.tokenizer import TokenizerInfo, tokenizer_info
 
@@ -41,13 +41,17 @@ class FrontendModel:
                 "weights": [asdict(w) for w in g.weights]}
 
 
-def read_model(model_dir: Path, chat_template: Path | None = None) -> FrontendModel:
+def read_model(model_dir: Path, chat_template: Path | None = None,
+               mtp: bool = False) -> FrontendModel:
     """Open the checkpoint, build its graph, read its tokenizer and chat templates
-    (`chat_template`: a Jinja file replacing the checkpoint's)."""
+    (`chat_template`: a Jinja file replacing the checkpoint's; `mtp`: compile its
+    multi-token-prediction head, for --spec mtp)."""
     ckpt = open_checkpoint(model_dir)
     graph = build_graph(ckpt)
+    if mtp:
+        graph = with_mtp_head(graph, ckpt)
     tok = tokenizer_info(ckpt)
     templates = tok.chat_templates
     if chat_template is not None:
         templates = (ChatTemplate("default", chat_template.read_text()),)
-    return FrontendModel(ckpt, graph, tok, templates, skipped_tensor_notes(ckpt))
+    return FrontendModel(ckpt, graph, tok, templates, skipped_tensor_notes(ckpt, mtp))
