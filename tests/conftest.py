@@ -276,6 +276,26 @@ def compile_once(opts: Any) -> None:
         stamp.write_text(json.dumps({"key": key}))
 
 
+def clean_soak(out_dir: Path, tmp_path: Path, requests: int, *args: str) -> dict[str, Any]:
+    """`ninfer-bench soak out_dir --requests N args...`, checked to have answered every
+    request (completed or hung up by the client) with no failure, drained, with no KV
+    block left and RSS flat; its JSON report."""
+    from click.testing import CliRunner
+
+    from ninfer.bench.cli import main as bench_main
+
+    out = tmp_path / "soak.json"
+    r = CliRunner().invoke(bench_main, ["soak", str(out_dir), "--requests", str(requests),
+                                        *args, "--json", str(out)])
+    res: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    assert r.exit_code == 0, r.output
+    assert res["failed"] == 0 and res["failures"] == []
+    assert res["drained"] and res["kv_blocks_used"] == 0
+    assert res["completed"] + res["disconnected"] == requests
+    assert res["rss_flat"] is True
+    return res
+
+
 def checkpoint(name: str) -> tuple[Path, list[int]]:
     """The test checkpoint `name` (made once, cached) and its eos token ids."""
     ckpt = TEST_MODELS / f"{name}-checkpoint"

@@ -24,6 +24,7 @@ from conftest import (
     TEST_MODELS,
     CompiledModel,
     checkpoint,
+    clean_soak,
     compile_once,
 )
 from ninfer.bench.common import parse_metrics
@@ -144,3 +145,14 @@ def test_greedy_outputs_are_the_same_with_and_without_mtp_drafts(mtp_model):
         assert metrics.value("ninfer:kv_cache_usage_perc") == 0  # no block left behind
     assert drafted > 0
     assert metrics.value("ninfer:spec_decode_num_draft_tokens_total") == drafted
+
+
+def test_soak_with_mtp_drafts_answers_everything_and_leaks_nothing(mtp_model, tmp_path):
+    """Concurrent streams with MTP drafts, prompts of 1-100 tokens (several prefill
+    chunks, each filling the head's keys/values), a quarter of the clients hanging up
+    mid-stream: every answer checked, the server drains, no KV block left (the chains'
+    lookahead blocks included), RSS flat (ninfer-bench soak)."""
+    res = clean_soak(mtp_model.out_dir, tmp_path, 40, "--concurrency", str(CONCURRENCY),
+                     "--disconnect-rate", "0.25", "--max-tokens-range", "1,40",
+                     "--prompt-len-range", "1,100", "--seed", "6", "--threads", "2")
+    assert res["draft_tokens"] > 0 and res["accepted_tokens"] <= res["draft_tokens"]

@@ -22,7 +22,14 @@ from typing import Any
 
 import pytest
 
-from conftest import MAX_CONTEXT, PREFILL_CHUNK, TEST_MODELS, CompiledModel, compile_once
+from conftest import (
+    MAX_CONTEXT,
+    PREFILL_CHUNK,
+    TEST_MODELS,
+    CompiledModel,
+    clean_soak,
+    compile_once,
+)
 from ninfer.bench.common import parse_metrics
 
 CONCURRENCY = 4
@@ -286,24 +293,10 @@ def test_soak_with_drafts_answers_everything_and_leaks_nothing(any_spec_model, t
     mixed lengths, a quarter of the clients hanging up mid-stream; every answer checked,
     the server drains, no KV block left, RSS flat (ninfer-bench soak). The long run is for
     a lent GPU."""
-    import json
-
-    from click.testing import CliRunner
-
-    from ninfer.bench.cli import main as bench_main
-
-    out = tmp_path / "soak.json"
-    r = CliRunner().invoke(bench_main, [
-        "soak", str(any_spec_model.out_dir), "--requests", "40", "--concurrency", str(CONCURRENCY),
+    res = clean_soak(
+        any_spec_model.out_dir, tmp_path, 40, "--concurrency", str(CONCURRENCY),
         "--disconnect-rate", "0.25", "--max-tokens-range", "1,40",
         "--prompt-len-range", "1,100", "--seed", "5", "--threads", "2",
         "--vocab-size", "12", "--narrow-rate", "0.5",  # outputs that repeat themselves
-        "--server-arg=--ngram-min", "--server-arg=1",  # many matches
-        "--json", str(out)])
-    res = json.loads(out.read_text()) if out.exists() else {}
-    assert r.exit_code == 0, r.output
-    assert res["failed"] == 0 and res["failures"] == []
-    assert res["drained"] and res["kv_blocks_used"] == 0
-    assert res["completed"] + res["disconnected"] == 40
-    assert res["rss_flat"] is True
+        "--server-arg=--ngram-min", "--server-arg=1")  # many matches
     assert res["draft_tokens"] > 0 and 0 < res["accepted_tokens"] <= res["draft_tokens"]
