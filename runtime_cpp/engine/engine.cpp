@@ -6,7 +6,6 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 
 #include "engine/clock.h"
 #include "engine/engine_seq.h"
@@ -390,68 +389,6 @@ void Engine::run_step(StepPlan& plan) {
     }
   }
   if (mtp_) draft_mtp(plan);
-}
-
-void Engine::draft_mtp(const StepPlan& plan) {
-  const ModelInfo& info = model_.info();
-  std::unordered_set<const Sequence*> alive;  // the plan's sequences may have finished
-  for (const auto& p : seqs_) alive.insert(p.get());
-  const int limit = std::min(max_context_, max_positions_);
-  draft_next_.assign(static_cast<size_t>(plan.rows), -1);
-  draft_rows_.clear();
-  draft_counts_.clear();
-  draft_seqs_.clear();
-  int row = 0;
-  for (const Chunk& c : plan.chunks) {
-    const int first = row;
-    row += c.count;
-    if (!alive.count(c.seq)) continue;
-    Seq& s = static_cast<Seq&>(*c.seq);
-    const int size = static_cast<int>(s.tokens.size());
-    // A row's next token, where its own token is the sequence's (not a rejected draft).
-    for (int i = 0; i < c.count; ++i) {
-      const int p = c.start + i;
-      if (p + 1 < size && s.tokens[p] == tokens_[first + i])
-        draft_next_[first + i] = s.tokens[p + 1];
-    }
-    auto* held = dynamic_cast<HeldDrafter*>(s.drafter.get());
-    const int last = size - 2;  // the row whose next token is the sequence's last
-    if (!held || s.slot < 0 || s.shares || s.pending() != 1 || last < c.start ||
-        last >= c.start + c.count || draft_next_[first + last - c.start] < 0)
-      continue;
-    int room = std::min({draft_tokens_, s.max_tokens - s.generated - 1, limit - size});
-    // the chain writes the head's keys/values at positions size - 1 .. size + room - 3
-    while (room > 0 && !sched_.reserve(&s, size + room - 2)) --room;
-    if (room <= 0) continue;
-    draft_seqs_.push_back(&s);
-    draft_rows_.push_back(first + last - c.start);
-    draft_counts_.push_back(room);
-  }
-  sched_.fill_block_tables(block_tables_.data());
-  DraftBatch b;
-  b.next = draft_next_.data();
-  b.n_seqs = static_cast<int>(draft_seqs_.size());
-  b.rows = draft_rows_.data();
-  b.counts = draft_counts_.data();
-  b.block_tables = block_tables_.data();
-  const int k = info.max_draft_tokens;
-  draft_out_.assign(draft_seqs_.size() * static_cast<size_t>(k), -1);
-  try {
-    model_.draft(b, draft_out_.data());
-  } catch (const std::exception& e) {
-    // The head's keys/values of the step's sequences are incomplete: none can go on.
-    const double now = clock_.now_ms();
-    std::vector<Seq*> hit;
-    for (const Chunk& c : plan.chunks)
-      if (alive.count(c.seq)) hit.push_back(static_cast<Seq*>(c.seq));
-    for (Seq* s : hit) fail(*s, std::string("MTP draft step failed: ") + e.what(), "", now);
-    return;
-  }
-  for (size_t j = 0; j < draft_seqs_.size(); ++j) {
-    const auto* out = draft_out_.data() + j * static_cast<size_t>(k);
-    static_cast<HeldDrafter&>(*draft_seqs_[j]->drafter)
-        .hold(std::vector<int32_t>(out, out + draft_counts_[j]));
-  }
 }
 
 bool Engine::on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now,

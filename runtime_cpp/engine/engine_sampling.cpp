@@ -8,7 +8,6 @@
 
 #include "engine/engine.h"
 #include "engine/engine_seq.h"
-#include "observe/metrics.h"
 
 namespace ninfer {
 
@@ -111,79 +110,6 @@ int32_t Engine::sample_host(Seq& s, float* logits, TokenLogprob* logprob, const 
     *logprob = {token, lsm.logprob(token), lsm.top(req.logprobs)};
   }
   return token;
-}
-
-// Each decoding sequence's drafts for the next plan: prompt lookup over its tokens, as
-// many as the request can still use (its max_tokens, the context and the block table).
-void Engine::propose_drafts() {
-  const int limit = std::min(max_context_, max_positions_);
-  for (auto& p : seqs_) {
-    Seq& s = *p;
-    s.drafts.clear();
-    if (!s.drafter || s.slot < 0 || s.shares || s.pending() != 1) continue;
-    // On the device a draft row's mask would need the constraint advanced over the drafts
-    // before it: constrained requests decode without drafts there.
-    if (model_.samples_on_device() && !s.constraints.empty()) continue;
-    const int room = std::min(
-        {draft_tokens_, s.max_tokens - s.generated - 1, limit - static_cast<int>(s.tokens.size())});
-    if (room <= 0) continue;
-    s.drafts = s.drafter->propose(room);
-    if (static_cast<int>(s.drafts.size()) > room) s.drafts.resize(room);  // a drafter's excess
-    for (int32_t& t : s.drafts)  // an id the model cannot take is no draft: cut there
-      if (t < 0 || t >= model_.info().vocab_size) {
-        s.drafts.resize(&t - s.drafts.data());
-        break;
-      }
-  }
-}
-
-// Logits row first + j follows s's token j - 1 of the step (j = 0: its last real token):
-// row j decides draft j (j < drafts), the last row gives the token after all of them.
-// Each row goes through the request's processors with the counts and constraint state of
-// the tokens accepted before it, as a step without speculation would have done.
-bool Engine::verify_drafts(Seq& s, int first, double now, const std::vector<std::string>* errors) {
-  const GenerationRequest& req = s.state->request;
-  const int vocab = model_.info().vocab_size;
-  const std::vector<int32_t> drafts = s.drafts;
-  const int d = static_cast<int>(drafts.size());
-  int accepted = 0;
-  if (metrics_ && d > 0) metrics_->observe_proposal();
-  for (int j = 0; j <= d; ++j) {
-    if (j > 0)  // the step's prepare() covered the first row
-      for (const auto& c : s.constraints) c->prepare();
-    TokenLogprob lp;
-    TokenLogprob* want = req.logprobs >= 0 ? &lp : nullptr;
-    bool ok = false;  // draft j accepted (never for the last row, which has no draft)
-    int32_t token;
-    if (errors) {  // sampled on the device, each row with its own counter: compare
-      if (!(*errors)[first + j].empty()) throw std::runtime_error((*errors)[first + j]);
-      SampledToken& t = sampled_[first + j];
-      if (t.token < 0) throw std::runtime_error(kAllMaskedError);
-      token = t.token;
-      ok = j < d && token == drafts[j];
-      if (want) *want = {token, t.logprob, std::move(t.top)};
-    } else {
-      token = sample_host(s, logits_.data() + static_cast<size_t>(first + j) * vocab, want,
-                          j < d ? &drafts[j] : nullptr, &ok);
-    }
-    if (j < d) {  // decided (the drafts after a finishing token are not)
-      ++s.draft_n;
-      if (metrics_) metrics_->observe_draft(j, ok);
-    }
-    if (ok) {
-      ++accepted;
-      ++s.draft_accepted_n;
-    }
-    if (on_token(s, token, want, now, /*first_in_step=*/j == 0)) return true;  // s is gone
-    if (!ok) break;
-    sched_.accept_draft(&s);
-  }
-  sched_.drop_rejected(&s);
-  // The recurrent state after the last accepted row was saved in the group's slot after
-  // the current one by 1 + accepted (run_step); after every draft it is the current one.
-  if (const int group = model_.info().state_group(); group > 0 && accepted < d)
-    s.state_index = (s.state_index + 1 + accepted) % group;
-  return false;
 }
 
 // The logits processors of the request (sampling.h: min_tokens, logit_bias, penalties;

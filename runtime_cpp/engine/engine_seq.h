@@ -1,5 +1,5 @@
-// Internal to the engine (engine.cpp, engine_sampling.cpp): what the engine keeps per
-// request and per choice. Not part of the engine's interface (engine.h).
+// Internal to the engine (engine.cpp, engine_sampling.cpp, engine_spec.cpp): what the engine keeps
+// per request and per choice. Not part of the engine's interface (engine.h).
 #pragma once
 
 #include <cstdint>
