@@ -156,3 +156,13 @@ def test_soak_with_mtp_drafts_answers_everything_and_leaks_nothing(mtp_model, tm
                      "--disconnect-rate", "0.25", "--max-tokens-range", "1,40",
                      "--prompt-len-range", "1,100", "--seed", "6", "--threads", "2")
     assert res["draft_tokens"] > 0 and res["accepted_tokens"] <= res["draft_tokens"]
+
+
+def test_ngram_flags_are_refused_with_mtp_drafts(mtp_model):
+    import subprocess
+
+    r = subprocess.run([str(mtp_model.server), "--port", "0", "--ngram-min", "1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "--ngram-min/--ngram-max size the prompt lookup of --spec ngram; this model " \
+           "drafts with --spec mtp" in " ".join(r.stderr.split())

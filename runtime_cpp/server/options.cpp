@@ -221,6 +221,11 @@ EngineOptions resolve(const Options& o, const ModelInfo& compiled) {
     check_compiled(o.draft_tokens, compiled.max_draft_tokens, "--draft-tokens",
                    "--max-draft-tokens");
     eo.draft_tokens = o.draft_tokens > 0 ? o.draft_tokens : compiled.max_draft_tokens;
+    if (spec != "ngram" && (o.ngram_min > 0 || o.ngram_max > 0))
+      throw std::invalid_argument(
+          "--ngram-min/--ngram-max size the prompt lookup of --spec "
+          "ngram; this model drafts with --spec " +
+          spec);
     if (o.ngram_min > 0) eo.ngram_min = o.ngram_min;
     if (o.ngram_max > 0) eo.ngram_max = o.ngram_max;
     // one of the two given: the other default follows it
