@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shutil
 import sys
@@ -23,6 +24,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+STARTED = time.perf_counter()
+# The run's budget in seconds (a lent machine's lease is short): memcheck, which runs last,
+# is skipped for the builds it has no time left for.
+DEADLINE = float(os.environ.get("GPU_CHECK_SECONDS", "inf"))
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "東京は日本の首都です。", "a"]
 # Qwen3-0.6B's shape (tied embeddings), random weights; vocab cut to 32k to keep the
 # checkpoint small to make on the lent machine.
@@ -122,14 +127,15 @@ def sanitize(build: Path, ids: list[int], want: list[int]) -> int:
     if not Path(tool).exists():
         print("compute-sanitizer: not found")
         return 0
-    srv = Server(build, startup_timeout=300)
+    left = DEADLINE - (time.perf_counter() - STARTED) - 60
+    srv = Server(build, startup_timeout=min(300.0, max(30.0, left)))
     srv.args = [tool, "--tool", "memcheck", *srv.args]
     try:
         with srv:
             with ThreadPoolExecutor(2) as pool:
                 rs = list(pool.map(lambda _: complete(srv.client, ids, 8), range(2)))
             for r in rs:
-                check_tokens(f"{build.name} under memcheck", r, want)
+                check_tokens(f"{build.name} under memcheck", r, want[:8])
     except ServerError as e:
         print(f"{build.name} under memcheck: server did not start: {e}")
         return 0
@@ -141,53 +147,125 @@ def sanitize(build: Path, ids: list[int], want: list[int]) -> int:
 
 
 def bench(root: Path) -> None:
-    """Decode speed of the 0.6B-shaped model: ninfer (graphs on/off, 1..8 streams) and
-    transformers on the same GPU."""
+    """Decode speed of the 0.6B-shaped model, each bench-h200[-FMT] build (its weights as
+    stored, bf16, or as FMT): ninfer with graphs on (1..8 streams) and off, the bytes a
+    decode step reads (the artifact: matmul weights and the tied embedding/LM head) over
+    its time; transformers on the same GPU (fp32 and bf16, generate) as the peer."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from ninfer.pipeline import CompileOptions, write_model_artifact
     from ninfer.runtime import Server
 
-    build = root / "bench-h200"
     t0 = time.perf_counter()
     ckpt = bench_checkpoint(Path("/tmp/ninfer-bench-ckpt"), root / "checkpoint")
-    write_model_artifact(CompileOptions(model_dir=ckpt, target="h200", model_id="qwen3-0.6b-shape",
-                                        **BENCH_LIMITS), build / "model.ninfer")
-    print(f"bench checkpoint + artifact: {time.perf_counter() - t0:.1f} s")
+    # The config as written where the server was compiled: another transformers writes other
+    # fields, which the build digest covers (the server would refuse the artifact).
+    shutil.copy(root / "bench-config.json", ckpt / "config.json")
+    print(f"bench checkpoint: {time.perf_counter() - t0:.1f} s")
     prompt = list(range(100, 164))
     n = 128
-    with Server(build) as srv:
-        complete(srv.client, prompt, 8)  # warm-up: graphs for the shapes used below
-        r = complete(srv.client, prompt, n, ignore_eos=True)
-        mine = r["choices"][0]["token_ids"]
-        t = r["timings"]
-        print(f"ninfer graphs on: decode {t['predicted_per_second']:.1f} tok/s, prefill "
-              f"{t['prompt_per_second']:.1f} tok/s (64-token prompt)")
-        for c in (2, 4, 8):
+    mine: list[int] = []
+    for build in sorted(root.glob("bench-h200*")):
+        fmt = build.name.removeprefix("bench-h200").lstrip("-") or "auto"
+        write_model_artifact(CompileOptions(model_dir=ckpt, target="h200", weights=fmt,
+                                            model_id="qwen3-0.6b-shape", **BENCH_LIMITS),
+                             build / "model.ninfer")
+        size = (build / "model.ninfer").stat().st_size
+        tag = f"{build.name} ({size / 1e9:.2f} GB)"
+        with Server(build) as srv:
+            complete(srv.client, prompt, 8)  # warm-up: graphs for the shapes used below
+            r = complete(srv.client, prompt, n, ignore_eos=True)
+            if fmt == "auto":
+                mine = r["choices"][0]["token_ids"]
+            t = r["timings"]
+            tps = t["predicted_per_second"]
+            print(f"{tag} graphs on: decode {tps:.1f} tok/s = {size * tps / 1e9:.0f} GB/s of "
+                  f"weights, prefill {t['prompt_per_second']:.1f} tok/s (64-token prompt)")
+            for c in (2, 4, 8):
+                complete(srv.client, prompt, 8)
+                t1 = time.perf_counter()
+                with ThreadPoolExecutor(c) as pool:
+                    rs = list(pool.map(lambda _: complete(srv.client, prompt, n,
+                                                          ignore_eos=True), range(c)))
+                wall = time.perf_counter() - t1
+                toks = sum(len(x["choices"][0]["token_ids"]) for x in rs)
+                print(f"{tag} {c} streams: {toks / wall:.1f} tok/s aggregate ({wall:.2f} s)")
+            print("\n".join(line for line in srv.output if "graph" in line)[-600:])
+        with Server(build, extra_args=("--no-cuda-graph",)) as srv:
             complete(srv.client, prompt, 8)
-            t1 = time.perf_counter()
-            with ThreadPoolExecutor(c) as pool:
-                rs = list(pool.map(lambda _: complete(srv.client, prompt, n, ignore_eos=True),
-                                   range(c)))
-            wall = time.perf_counter() - t1
-            toks = sum(len(x["choices"][0]["token_ids"]) for x in rs)
-            print(f"ninfer {c} streams: {toks / wall:.1f} tok/s aggregate ({wall:.2f} s)")
-    with Server(build, extra_args=("--no-cuda-graph",)) as srv:
-        complete(srv.client, prompt, 8)
-        t = complete(srv.client, prompt, n, ignore_eos=True)["timings"]
-        print(f"ninfer graphs off: decode {t['predicted_per_second']:.1f} tok/s")
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32).cuda().eval()
-    hf_greedy(model, [prompt], 8, "cuda")
-    torch.cuda.synchronize()
-    t1 = time.perf_counter()
-    ref = hf_greedy(model, [prompt], n, "cuda")[0]
-    torch.cuda.synchronize()
-    dt = time.perf_counter() - t1
-    print(f"transformers fp32 (same GPU): decode {len(ref) / dt:.1f} tok/s incl. prefill")
-    same = next((i for i, (a, b) in enumerate(zip(mine, ref, strict=False)) if a != b),
-                min(len(mine), len(ref)))
-    print(f"greedy agreement with transformers: first {same} of {n} tokens identical")
+            t = complete(srv.client, prompt, n, ignore_eos=True)["timings"]
+            tps = t["predicted_per_second"]
+            print(f"{tag} graphs off: decode {tps:.1f} tok/s = {size * tps / 1e9:.0f} GB/s")
+        (build / "model.ninfer").unlink()
+    for dtype in (torch.float32, torch.bfloat16):
+        model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).cuda().eval()
+        hf_greedy(model, [prompt], 8, "cuda")
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        ref = hf_greedy(model, [prompt], n, "cuda")[0]
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t1
+        print(f"transformers {dtype} (same GPU, generate): decode {len(ref) / dt:.1f} tok/s "
+              "incl. prefill")
+        if dtype == torch.float32 and mine:
+            same = next((i for i, (a, b) in enumerate(zip(mine, ref, strict=False))
+                         if a != b), min(len(mine), len(ref)))
+            print(f"greedy agreement with transformers fp32: first {same} of {n} tokens "
+                  "identical")
+        del model
+
+
+def profile(root: Path, out: Path) -> None:
+    """Each kernel's time in a decode of the 0.6B-shaped model (graphs off: ncu times every
+    launch), by kernel: what a decode step spends where. The raw CSV goes to `out`."""
+    import csv
+    import glob
+    from collections import defaultdict
+
+    from ninfer.pipeline import CompileOptions, write_model_artifact
+    from ninfer.runtime import Server
+
+    ncu = shutil.which("ncu") or next(iter(sorted(glob.glob(
+        "/opt/nvidia/nsight-compute/*/ncu") + glob.glob("/usr/local/cuda/bin/ncu"))), None)
+    if ncu is None:
+        print("ncu: not found")
+        return
+    ckpt = bench_checkpoint(Path("/tmp/ninfer-bench-ckpt"), root / "checkpoint")
+    shutil.copy(root / "bench-config.json", ckpt / "config.json")
+    prompt = list(range(100, 108))
+    n = 24
+    for build in sorted(root.glob("bench-h200*")):
+        fmt = build.name.removeprefix("bench-h200").lstrip("-") or "auto"
+        if fmt == "f16":
+            continue
+        write_model_artifact(CompileOptions(model_dir=ckpt, target="h200", weights=fmt,
+                                            model_id="qwen3-0.6b-shape", **BENCH_LIMITS),
+                             build / "model.ninfer")
+        log = out / f"ncu-{build.name}.csv"
+        srv = Server(build, extra_args=("--no-cuda-graph",), startup_timeout=200)
+        srv.args = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
+                    "--csv", "--print-units", "base", "--log-file", str(log), *srv.args]
+        t0 = time.perf_counter()
+        with srv:
+            r = complete(srv.client, prompt, n, ignore_eos=True)
+        print(f"{build.name} under ncu: {len(r['choices'][0]['token_ids'])} tokens, "
+              f"{time.perf_counter() - t0:.0f} s")
+        rows = [row for row in csv.DictReader(
+            line for line in log.read_text().splitlines() if line.startswith('"'))
+            if row.get("Metric Name") == "gpu__time_duration.sum"]
+        by: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+        for row in rows:
+            name = row["Kernel Name"].split("(")[0][:60]
+            by[(name, row["Grid Size"], row["Block Size"])].append(
+                float(row["Metric Value"].replace(",", "")) / 1e3)
+        total = sum(sum(v) for v in by.values())
+        print(f"{build.name}: {len(rows)} kernels, {total / 1e3:.2f} ms in all "
+              f"({total / 1e3 / (n + 1):.3f} ms per step over {n + 1} steps)")
+        for (name, grid, block), v in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:30]:
+            print(f"  {sum(v) / 1e3:8.2f} ms {len(v):6d}x {sum(v) / len(v):8.1f} us  "
+                  f"{name} grid {grid} block {block}")
+        (build / "model.ninfer").unlink()
 
 
 # Outputs held to five tokens: they repeat their own n-grams, so drafts are both accepted
@@ -310,15 +388,29 @@ def run(root: Path) -> int:
         if build.name.endswith("-spec"):
             failures += spec_identity(build, prompts)
     print(f"{failures} mismatches")
-    for build in builds:
-        failures += sanitize(build, prompts[1], wants[build][1])
     failures += hybrid_parity(root)
     if (root / "bench-h200" / "ninfer-server").exists():
         bench(root)
+    # memcheck last (a server under it starts and runs tens of times slower): while the
+    # lease's time allows (GPU_CHECK_SECONDS, from the start of this run), the plain and
+    # the speculation builds first.
+    order = sorted(builds, key=lambda b: (not b.name.endswith(("-coop", "-spec")), b.name))
+    for build in order:
+        if time.perf_counter() - STARTED > DEADLINE - 90:
+            print(f"memcheck: {build.name} skipped (the run's {DEADLINE:.0f} s are nearly up)")
+            continue
+        failures += sanitize(build, prompts[1], wants[build][1])
+    print(f"gpu check: {failures} failures in {time.perf_counter() - STARTED:.0f} s")
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "profile":
+        profile(Path(sys.argv[2]), Path(sys.argv[3]))
+        sys.exit(0)
+    if sys.argv[1] == "bench":
+        bench(Path(sys.argv[2]))
+        sys.exit(0)
     if sys.argv[1] == "bench-ckpt":
         bench_checkpoint(Path(sys.argv[2]), Path(sys.argv[3]))
         sys.exit(0)

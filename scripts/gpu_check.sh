@@ -8,7 +8,7 @@
 #                                              # GDN prefill, with and without n-gram
 #                                              # speculation; Qwen3-Next MoE) and a
 #                                              # 0.6B-shaped bench model (no artifact)
-#   bash scripts/gpu_check.sh run              # there: parity with transformers (graphs
+#   bash scripts/gpu_check.sh run [bench]      # there: parity with transformers (graphs
 #                                              # on/off, 1/2/4 streams), memcheck, speed
 # `prepare` leaves everything `run` needs in build/gpu-check.tar.gz (carry that file; it
 # unpacks to build/gpu-check, whose artifacts gpu_check.py rewrites from the checkpoints).
@@ -98,16 +98,27 @@ tidy(out, opts, "hybrid-qwen35-tiny-checkpoint")
 ckpt = Path("build/bench-0.6b-checkpoint")
 if not (ckpt / "config.json").exists():
     bench_checkpoint(ckpt, model.checkpoint)
-out = root / f"bench-{target}"
-compile_model(CompileOptions(model_dir=ckpt, target=target, out_dir=out,
-                             model_id="qwen3-0.6b-shape", python_module=False,
-                             write_artifact=False, **BENCH_LIMITS))
-tidy(out)
+# Its weights as stored (bf16), as f16 and as q4g64 (bench-TARGET, bench-TARGET-FMT).
+for fmt in (None, "f16", "q4g64"):
+    out = root / (f"bench-{target}" + (f"-{fmt}" if fmt else ""))
+    compile_model(CompileOptions(model_dir=ckpt, target=target, out_dir=out,
+                                 model_id="qwen3-0.6b-shape", python_module=False,
+                                 write_artifact=False, **BENCH_LIMITS,
+                                 **({"weights": fmt} if fmt else {})))
+    tidy(out)
+shutil.copy(ckpt / "config.json", root / "bench-config.json")
 PY
     nvcc -O2 -arch="$(.venv/bin/python -c "from ninfer.targets import load_target as t; print(t('$target').arch)")" \
       -o "$root/membench" benchmarks/gpu_membench.cu
-    # Debian ships cpp-httplib only as a shared library: carry it beside the servers.
-    cp -L /lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$root/lib/"
+    # Debian ships cpp-httplib only as a shared library: carry it beside the servers, with
+    # the libraries it pulls in that a CUDA image may lack (TLS, zlib, brotli); the C and
+    # C++ runtimes stay the machine's (newer there than the Debian 12 they were built on).
+    for lib in $(ldd "$root/qwen3-tiny-$target-coop/ninfer-server" | awk '/=> \//{print $3}'); do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|ld-linux*) ;;
+        *) cp -L "$lib" "$root/lib/" ;;
+      esac
+    done
     # One compressed file to carry (the servers are most of it): build/gpu-check.tar.gz.
     tar -czf "$root.tar.gz" -C "$(dirname "$root")" "$(basename "$root")"
     du -sh "$root" "$root.tar.gz"
@@ -119,7 +130,8 @@ PY
     export LD_LIBRARY_PATH="$PWD/$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
     "$root/membench" || true
-    PYTHONUNBUFFERED=1 PYTHONPATH=compiler python3 benchmarks/gpu_check.py run "$root"
+    # `run bench`: the speed of the bench builds alone.
+    PYTHONUNBUFFERED=1 PYTHONPATH=compiler python3 benchmarks/gpu_check.py "${2:-run}" "$root"
     ;;
   *)
     echo "usage: $0 prepare [TARGET] | run" >&2
