@@ -249,6 +249,9 @@ def profile(root: Path, out: Path) -> None:
         t0 = time.perf_counter()
         with srv:
             r = complete(srv.client, prompt, n, ignore_eos=True)
+            # ncu writes its table as the server exits: give it the time (Server.stop's
+            # default 10 s ended it by SIGKILL with an empty log on the H200, 2026-12-04).
+            srv.stop(timeout=150)
         print(f"{build.name} under ncu: {len(r['choices'][0]['token_ids'])} tokens, "
               f"{time.perf_counter() - t0:.0f} s")
         rows = [row for row in csv.DictReader(
