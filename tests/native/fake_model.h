@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -129,6 +130,63 @@ class FakeModel : public Model {
         std::min(info_.prefill_chunk, info_.max_concurrency * (1 + max_draft_tokens));
   }
 
+  // Compiled with an MTP head (--spec mtp) drafting up to `max_draft_tokens`: draft() keeps
+  // the head's own key/value cells (the token after each position, as the real head's
+  // rows pair a position's hidden state with the next token) and checks, before each
+  // chain, that the head holds every position of the sequence up to the chain's row with
+  // the sequence's true next token; the drafts are `drafts(tokens, count)`, given the
+  // sequence's tokens through the chain's first next token.
+  using MtpDrafts = std::function<std::vector<int32_t>(const std::vector<int32_t>&, int)>;
+  void set_mtp(int max_draft_tokens, MtpDrafts drafts) {
+    set_spec(max_draft_tokens);
+    info_.spec = "mtp";
+    mtp_drafts_ = std::move(drafts);
+    head_.assign(pool_.size(), {-1, -1});
+  }
+
+  void draft(const DraftBatch& d, int32_t* out) override {
+    CHECK(mtp_drafts_ != nullptr);
+    if (fail_draft_at_ >= 0 && drafts_.load() >= fail_draft_at_)
+      throw std::runtime_error("draft head lost");
+    drafts_.fetch_add(1);
+    const ModelInfo& i = info_;
+    StepBatch b = last_;  // the last step's rows, read through the draft's block tables
+    b.block_tables = d.block_tables;
+    for (int r = 0; r < b.n; ++r) {
+      if (d.next[r] < 0) continue;
+      CHECK(d.next[r] >= 0 && d.next[r] < kVocab);
+      head(b, b.slots[r], b.positions[r]) = {d.next[r], b.positions[r]};
+    }
+    for (int j = 0; j < d.n_seqs; ++j) {
+      const int r = d.rows[j], n = d.counts[j];
+      CHECK(r >= 0 && r < b.n && d.next[r] >= 0 && n >= 1 && n <= i.max_draft_tokens);
+      CHECK(r + 1 == b.n || b.slots[r + 1] != b.slots[r] || d.next[r + 1] < 0);  // its last row
+      const int slot = b.slots[r], last = b.positions[r];
+      std::vector<int32_t> seq;
+      for (int p = 0; p <= last; ++p) {
+        CHECK(cell(b, slot, p).pos == p);
+        seq.push_back(cell(b, slot, p).token);
+      }
+      seq.push_back(d.next[r]);
+      for (int p = 0; p <= last; ++p) {  // the head saw every position with its next token
+        const Cell& h = head(b, slot, p);
+        if (h.pos != p || h.token != seq[p + 1])
+          fail("MTP head: position " + std::to_string(p) + " of slot " + std::to_string(slot) +
+               " holds token " + std::to_string(h.token) + " of position " + std::to_string(h.pos) +
+               ", the sequence's next token is " + std::to_string(seq[p + 1]));
+      }
+      std::vector<int32_t> chain = mtp_drafts_(seq, n);
+      chain.resize(static_cast<size_t>(n), 0);
+      for (int k = 0; k < n; ++k) {
+        CHECK(chain[k] >= 0 && chain[k] < kVocab);
+        out[j * i.max_draft_tokens + k] = chain[k];
+        // the chain's own rows write the head's cells after `last` (in blocks it holds)
+        if (k + 1 < n) head(b, slot, last + 1 + k) = {chain[k], last + 1 + k};
+      }
+      chained_ += n;
+    }
+  }
+
   // A model with recurrent state (a hybrid's Gated DeltaNet layers), after set_spec: each
   // state slot holds a hash of the tokens its sequence fed so far, updated in place by the
   // rows that name it (StepBatch::state_slots) and copied into save slots. Every row checks
@@ -193,6 +251,13 @@ class FakeModel : public Model {
       for (int v = 0; v < kVocab; ++v) out[v] = static_cast<float>(g() % 1000) / 250.0f;
       out[kEos] -= 1.5f;  // ends now and then, not too soon
     }
+    if (mtp_drafts_) {  // draft() reads the step's rows
+      last_ = b;
+      last_slots_.assign(b.slots, b.slots + b.n);
+      last_positions_.assign(b.positions, b.positions + b.n);
+      last_.slots = last_slots_.data();
+      last_.positions = last_positions_.data();
+    }
     steps_.fetch_add(1);
     max_rows_ = std::max(max_rows_.load(), b.n);
     // A step's cost: a base plus each row beyond one per sequence.
@@ -224,7 +289,10 @@ class FakeModel : public Model {
   std::atomic<int> steps_{0};
   std::atomic<int64_t> rows_{0};  // rows computed, over every step
   std::atomic<int> max_rows_{0};
-  int fail_at_step_ = -1;  // >= 0: throw from that step on
+  int fail_at_step_ = -1;       // >= 0: throw from that step on
+  std::atomic<int> drafts_{0};  // draft() calls
+  int64_t chained_ = 0;         // draft tokens made
+  int fail_draft_at_ = -1;      // >= 0: draft() throws from that call on
 
  protected:
   struct Cell {
@@ -269,6 +337,12 @@ class FakeModel : public Model {
   int32_t block_of(const StepBatch& b, int slot, int pos) const {
     return b.block_tables[slot * info_.blocks_per_seq + pos / info_.kv_block_size];
   }
+  // The MTP head's cell of `slot` at `pos` (the same blocks as the model's).
+  Cell& head(const StepBatch& b, int slot, int pos) {
+    const int32_t blk = block_of(b, slot, pos);
+    CHECK(blk >= 1 && blk < info_.kv_blocks);
+    return head_[static_cast<size_t>(blk) * info_.kv_block_size + pos % info_.kv_block_size];
+  }
   // The token that `slot` stored at `pos` (read back through the block table).
   Cell& cell(const StepBatch& b, int slot, int pos) {
     const int32_t blk = block_of(b, slot, pos);
@@ -285,6 +359,10 @@ class FakeModel : public Model {
   std::vector<StepRows> history_;
   std::vector<Cell> pool_;
   std::vector<State> state_;  // set_recurrent()
+  MtpDrafts mtp_drafts_;      // set_mtp()
+  std::vector<Cell> head_;
+  StepBatch last_;
+  std::vector<int32_t> last_slots_, last_positions_;
 };
 
 // tokenizer.json of the fake vocabulary: one token per letter, <eos> special.

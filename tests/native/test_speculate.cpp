@@ -10,11 +10,13 @@
 // And the engine's speculative decoding against the fake model (whose logits depend on
 // every token the KV pool holds for the row's sequence, so a draft row whose key/value
 // survived a rejection, or a token fed at the wrong position, changes what follows):
-// greedy outputs are those of plain decoding with n-gram, random and oracle drafts, at
-// every concurrency, in a tight pool that preempts, with sequences of zero drafts beside
-// others; drafts taken from the plain output are all accepted and save steps; a request
-// cancelled while its verify step runs ends cleanly; a soak of a thousand requests leaves
-// no KV block behind.
+// greedy outputs are those of plain decoding with n-gram, random and oracle drafts and with
+// an MTP head's (the fake's draft(), which checks that the head saw every position with its
+// next token and that its chain's blocks are held), at every concurrency, in a tight pool
+// that preempts, with sequences of zero drafts beside others; drafts taken from the plain
+// output are all accepted and save steps; a request cancelled while its verify step runs
+// ends cleanly; a soak of a thousand requests leaves no KV block behind; a failing MTP pass
+// ends the step's requests with its error and the engine serves on.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -308,22 +310,63 @@ void test_same_as_plain() {
     if (want[i].timings.predicted_n > static_cast<int>(want[i].tokens.size())) ref.push_back(kEos);
     refs.push_back(ref);
   }
-  enum class Source { kNgram, kRandom, kOracle, kPartial };
+  enum class Source { kNgram, kRandom, kOracle, kPartial, kMtp, kMtpRandom, kMtpPartial };
   const std::vector<Regime> regimes = {
       {1, 16, 1 + 4 * 16, 4, false},                                 // one at a time
       {2, 16, 1 + 4 * 16, 4, false}, {4, 16, 1 + 4 * 16, 4, false},  // every slot
       {4, 7, 1 + 4 * 16, 4, false},  // a step too small for every draft
       {3, 9, 1 + 16, 4, true},       // tight pool: preemptions, drafts cut to free blocks
   };
-  for (Source src : {Source::kNgram, Source::kRandom, Source::kOracle, Source::kPartial})
+  for (Source src : {Source::kNgram, Source::kRandom, Source::kOracle, Source::kPartial,
+                     Source::kMtp, Source::kMtpRandom, Source::kMtpPartial})
     for (bool recurrent : {false, true}) {
-      const char* name = src == Source::kNgram    ? "ngram"
-                         : src == Source::kRandom ? "random"
-                         : src == Source::kOracle ? "oracle"
-                                                  : "partly wrong oracle";
+      const char* name = src == Source::kNgram       ? "ngram"
+                         : src == Source::kRandom    ? "random"
+                         : src == Source::kOracle    ? "oracle"
+                         : src == Source::kPartial   ? "partly wrong oracle"
+                         : src == Source::kMtp       ? "MTP (the plain output's)"
+                         : src == Source::kMtpRandom ? "MTP (random)"
+                                                     : "MTP (partly wrong)";
+      const bool mtp =
+          src == Source::kMtp || src == Source::kMtpRandom || src == Source::kMtpPartial;
       for (const Regime& g : regimes) {
         FakeModel model(4, 16, g.kv_blocks, g.block_size, 64);
-        model.set_spec(4);
+        // MTP: the model drafts (the engine holds its chains); the chain after a
+        // sequence's tokens is the rest of its plain output (past its end: filler, counted
+        // in `beyond`), with one draft replaced in turn (partly wrong), or random.
+        int64_t beyond = 0, calls = 0;
+        std::mt19937_64 draw(5);
+        if (mtp)
+          model.set_mtp(4, [&](const std::vector<int32_t>& seq, int count) {
+            std::vector<int32_t> chain(static_cast<size_t>(count));
+            if (src == Source::kMtpRandom) {
+              for (int32_t& t : chain) t = static_cast<int32_t>(draw() % kVocab);
+              return chain;
+            }
+            const std::vector<int32_t>* ref = nullptr;
+            for (const auto& r : refs)
+              if (r.size() >= seq.size() && std::equal(seq.begin(), seq.end(), r.begin())) {
+                ref = &r;
+                break;
+              }
+            if (ref == nullptr)
+              fail("MTP head drafting for a sequence no plain output starts with");
+            for (int k = 0; k < count; ++k) {
+              const size_t at = seq.size() + static_cast<size_t>(k);
+              if (at < ref->size()) {
+                chain[k] = (*ref)[at];
+              } else {
+                chain[k] = 0;
+                ++beyond;
+              }
+            }
+            if (src == Source::kMtpPartial) {
+              const int64_t miss = calls++ % (count + 1);
+              if (miss < count) chain[miss] = (chain[miss] + 1) % kVocab;
+            }
+            return chain;
+          });
+        else model.set_spec(4);
         if (recurrent) model.set_recurrent();
         Metrics metrics;
         EngineOptions o = regime_options(g, &metrics);
@@ -361,6 +404,16 @@ void test_same_as_plain() {
         }
         CHECK(drafted == drafted_req && accepted == accepted_req);
         CHECK(drafted > 0);  // the path ran
+        if (mtp) CHECK(model.drafts_.load() > 0 && model.chained_ >= drafted);
+        if (src == Source::kMtp) {
+          // Every draft the plain output holds is accepted; only filler past a request's
+          // end is not.
+          if (drafted - accepted > static_cast<double>(beyond) || accepted == 0)
+            fail(what + ": " + std::to_string(accepted) + " of " + std::to_string(drafted) +
+                 " MTP drafts accepted, " + std::to_string(beyond) + " past the end");
+          CHECK(metric(text,
+                       "ninfer:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"}") > 0);
+        }
         if (src == Source::kOracle) {
           // Drafts from the plain output are all accepted (sampled requests' too: the same
           // draws), and save steps.
@@ -370,8 +423,8 @@ void test_same_as_plain() {
           CHECK(metric(text,
                        "ninfer:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"}") > 0);
         }
-        if (src == Source::kRandom) CHECK(accepted < drafted);
-        if (src == Source::kPartial) {  // verifications stopped at every position
+        if (src == Source::kRandom || src == Source::kMtpRandom) CHECK(accepted < drafted);
+        if (src == Source::kPartial || src == Source::kMtpPartial) {  // stopped at each position
           CHECK(accepted < drafted);
           for (int pos = 0; pos < 3; ++pos)
             CHECK(metric(text, "ninfer:spec_decode_num_accepted_tokens_per_pos_total{position=\"" +
@@ -402,10 +455,21 @@ void test_same_as_plain() {
 
 // Cancelled while the model runs a step that verifies its drafts: the step's tokens are
 // still sent, then the request ends "cancelled" with its blocks freed.
-void test_cancel_in_verify(bool recurrent) {
+// Random drafts of the full count, from an n-gram-like drafter or (mtp) the model's head.
+FakeModel::MtpDrafts random_mtp(uint64_t seed) {
+  auto rng = std::make_shared<std::mt19937_64>(seed);
+  return [rng](const std::vector<int32_t>&, int count) {
+    std::vector<int32_t> chain(static_cast<size_t>(count));
+    for (int32_t& t : chain) t = static_cast<int32_t>((*rng)() % kVocab);
+    return chain;
+  };
+}
+
+void test_cancel_in_verify(bool recurrent, bool mtp) {
   const Tokenizer tok = letters_tokenizer();
   FakeModel model(2, 16, 1 + 2 * 16, 4, 64);
-  model.set_spec(3);
+  if (mtp) model.set_mtp(3, random_mtp(9));
+  else model.set_spec(3);
   if (recurrent) model.set_recurrent();
   Gate gate;
   model.set_gate(&gate);
@@ -413,9 +477,10 @@ void test_cancel_in_verify(bool recurrent) {
   EngineOptions o;
   o.metrics = &metrics;
   o.draft_tokens = 3;
-  o.drafter = [](const GenerationRequest&, int) {
-    return std::make_unique<RandomDrafter>(9, /*always=*/true);
-  };
+  if (!mtp)
+    o.drafter = [](const GenerationRequest&, int) {
+      return std::make_unique<RandomDrafter>(9, /*always=*/true);
+    };
   {
     Engine engine(model, tok, {kEos}, o);
     GenerationRequest r;
@@ -441,10 +506,11 @@ void test_cancel_in_verify(bool recurrent) {
 
 // Two to four streams at once, a thousand requests of mixed lengths and sampling, n-gram
 // drafts, some cancelled mid-way: nothing fails and no block is left behind.
-void test_soak(bool recurrent) {
+void test_soak(bool recurrent, bool mtp) {
   const Tokenizer tok = letters_tokenizer();
   FakeModel model(4, 12, 1 + 24, 4, 64);
-  model.set_spec(4);
+  if (mtp) model.set_mtp(4, random_mtp(23));
+  else model.set_spec(4);
   if (recurrent) model.set_recurrent();
   Metrics metrics;
   EngineOptions o;
@@ -475,10 +541,43 @@ void test_soak(bool recurrent) {
   CHECK(metric(text, "ninfer:num_requests_running") == 0);
   CHECK(metric(text, "ninfer:spec_decode_num_accepted_tokens_total") > 0);
   CHECK(done > 0);
-  std::printf("soak%s: %d finished, %d cancelled, %.0f of %.0f drafts accepted\n",
-              recurrent ? " (recurrent state)" : "", done, cancelled,
+  std::printf("soak%s%s: %d finished, %d cancelled, %.0f of %.0f drafts accepted\n",
+              mtp ? " (MTP)" : "", recurrent ? " (recurrent state)" : "", done, cancelled,
               metric(text, "ninfer:spec_decode_num_accepted_tokens_total"),
               metric(text, "ninfer:spec_decode_num_draft_tokens_total"));
+}
+
+// The MTP head fails (a device error in the draft pass): the step's sequences end with an
+// error that says so, their blocks are freed, and the engine serves on.
+void test_mtp_failure() {
+  const Tokenizer tok = letters_tokenizer();
+  FakeModel model(2, 16, 1 + 2 * 16, 4, 64);
+  model.set_mtp(3, random_mtp(3));
+  model.fail_draft_at_ = 4;
+  Metrics metrics;
+  EngineOptions o;
+  o.metrics = &metrics;
+  o.draft_tokens = 3;
+  {
+    Engine engine(model, tok, {kEos}, o);
+    std::vector<GenerationRequest> reqs(2);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].id = "mtp-fail-" + std::to_string(i);
+      reqs[i].prompt = {1, 2, static_cast<int32_t>(3 + i)};
+      reqs[i].max_tokens = 40;
+      reqs[i].ignore_eos = true;
+    }
+    for (const Outcome& out : run_together(engine, reqs))
+      if (out.error.find("MTP draft step failed: draft head lost") == std::string::npos)
+        fail("a request beside a failed MTP pass ends with '" + out.error + "' (" + out.finish +
+             ")");
+    model.fail_draft_at_ = -1;  // the head works again: the next request is served
+    GenerationRequest r = reqs[0];
+    r.id = "after";
+    const Outcome out = collect(*engine.submit(r));
+    CHECK(out.error.empty() && out.timings.predicted_n == 40);
+  }
+  CHECK(metric(metrics.render(), "ninfer:kv_blocks_used") == 0);
 }
 
 }  // namespace
@@ -488,10 +587,12 @@ void test_speculate() {
   test_verify();
   test_draft_budget();
   test_same_as_plain();
-  for (bool recurrent : {false, true}) {
-    test_cancel_in_verify(recurrent);
-    test_soak(recurrent);
-  }
+  for (bool mtp : {false, true})
+    for (bool recurrent : {false, true}) {
+      test_cancel_in_verify(recurrent, mtp);
+      test_soak(recurrent, mtp);
+    }
+  test_mtp_failure();
   std::printf("speculate ok\n");
 }
 
