@@ -196,3 +196,30 @@ def test_logprobs_are_the_models(client, qwen3_model):
         assert abs(entry.logprob - lsm[tokens[i]]) < 1e-4
         assert [abs(t.logprob - v) < 1e-4 for t, v in
                 zip(entry.top_logprobs, np.sort(lsm)[::-1][:3])] == [True] * 3
+
+
+def test_logprob_tokens_as_token_ids(qwen3_server):
+    """return_tokens_as_token_ids (vLLM's): every logprobs token is "token_id:ID" (tokens of
+    one text, or of no valid UTF-8, told apart), chat and completions; refused without
+    logprobs."""
+    c = qwen3_server.client
+    body = {"prompt": "Count: 1 2 3", "max_tokens": 4, "temperature": 0, "logprobs": 3,
+            "ignore_eos": True, "return_token_ids": True, "return_tokens_as_token_ids": True}
+    r = c.post("/v1/completions", json=body).json()
+    ids, lp = r["choices"][0]["token_ids"], r["choices"][0]["logprobs"]
+    assert lp["tokens"] == [f"token_id:{t}" for t in ids]
+    for t, top in zip(ids, lp["top_logprobs"], strict=True):
+        assert f"token_id:{t}" in top and all(k.startswith("token_id:") for k in top)
+        assert max(top.values()) == top[f"token_id:{t}"]  # greedy: the top one
+    chat = c.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": True,
+        "top_logprobs": 2, "return_token_ids": True, "return_tokens_as_token_ids": True,
+        "ignore_eos": True}).json()
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert [e["token"] for e in content] == [f"token_id:{t}"
+                                             for t in chat["choices"][0]["token_ids"]]
+    assert all(t["token"].startswith("token_id:") for e in content for t in e["top_logprobs"])
+    del body["logprobs"]
+    err = c.post("/v1/completions", json=body)
+    assert err.status_code == 400
+    assert err.json()["error"]["param"] == "return_tokens_as_token_ids"

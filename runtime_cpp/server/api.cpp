@@ -137,8 +137,11 @@ CompletionRequest parse_completion_request(const json& body, bool chat,
     r.include_usage = get_bool(body["stream_options"], "include_usage", false);
   }
   r.return_token_ids = get_bool(body, "return_token_ids", false);
+  r.return_tokens_as_token_ids = get_bool(body, "return_tokens_as_token_ids", false);
   r.ignore_eos = get_bool(body, "ignore_eos", false);
   parse_sampling_params(body, chat, vocab_size, r);
+  if (r.return_tokens_as_token_ids && r.logprobs < 0)
+    bad("return_tokens_as_token_ids", "'return_tokens_as_token_ids' needs logprobs");
   // A schema keeps the key order of the text it came in (a translated body: sorted).
   parse_structured_output(body, body_text ? *body_text : body.dump(), r);
   return r;

@@ -50,7 +50,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;
   bool return_token_ids = false;  // vLLM extension: prompt_token_ids / token_ids
-  bool ignore_eos = false;        // vLLM extension
+  // vLLM extension: logprobs' tokens as "token_id:ID" (needs logprobs)
+  bool return_tokens_as_token_ids = false;
+  bool ignore_eos = false;  // vLLM extension
   bool echo = false;
   // Sampling (server/sampling_params.cpp).
   int n = 1;                            // choices

@@ -14,8 +14,12 @@ struct Piece {
   std::string bytes;  // raw bytes
 };
 
-Piece piece(const Tokenizer& tok, int32_t id) {
+Piece piece(const Tokenizer& tok, int32_t id, bool as_ids) {
   Piece p;
+  if (as_ids) {
+    p.text = p.bytes = "token_id:" + std::to_string(id);
+    return p;
+  }
   p.text = tok.decode({id}, /*skip_special_tokens=*/false);
   try {
     p.bytes = tok.token_bytes(id);
@@ -42,13 +46,13 @@ size_t characters(const std::string& s) {
 
 }  // namespace
 
-json chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
+json chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, bool as_ids) {
   json content = json::array();
   for (const TokenLogprob& lp : lps) {
-    const Piece p = piece(tok, lp.token);
+    const Piece p = piece(tok, lp.token, as_ids);
     json top = json::array();
     for (const auto& [id, logprob] : lp.top) {
-      const Piece q = piece(tok, id);
+      const Piece q = piece(tok, id, as_ids);
       top.push_back(
           {{"token", q.text}, {"logprob", finite(logprob)}, {"bytes", byte_list(q.bytes)}});
     }
@@ -61,15 +65,15 @@ json chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& l
 }
 
 json completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
-                              size_t& offset) {
+                              size_t& offset, bool as_ids) {
   json tokens = json::array(), logprobs = json::array(), tops = json::array(),
        offsets = json::array();
   for (const TokenLogprob& lp : lps) {
-    const Piece p = piece(tok, lp.token);
+    const Piece p = piece(tok, lp.token, as_ids);
     tokens.push_back(p.text);
     logprobs.push_back(finite(lp.logprob));
     json top = json::object();
-    for (const auto& [id, logprob] : lp.top) top[piece(tok, id).text] = finite(logprob);
+    for (const auto& [id, logprob] : lp.top) top[piece(tok, id, as_ids).text] = finite(logprob);
     if (!top.contains(p.text)) top[p.text] = finite(lp.logprob);
     tops.push_back(top);
     offsets.push_back(offset);

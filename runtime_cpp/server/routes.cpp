@@ -232,10 +232,10 @@ void add_chat_usage(const std::vector<ChoiceOut>& choices, json& usage) {
 
 }  // namespace
 
-json Routes::logprobs_json(bool chat, const std::vector<TokenLogprob>& lps,
-                           size_t& text_offset) const {
-  return chat ? chat_logprobs_json(tokenizer, lps)
-              : completion_logprobs_json(tokenizer, lps, text_offset);
+json Routes::logprobs_json(bool chat, const std::vector<TokenLogprob>& lps, size_t& text_offset,
+                           bool as_ids) const {
+  return chat ? chat_logprobs_json(tokenizer, lps, as_ids)
+              : completion_logprobs_json(tokenizer, lps, text_offset, as_ids);
 }
 
 void Routes::generate(const httplib::Request& req, httplib::Response& res, bool is_chat) const {
@@ -349,6 +349,7 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
   }
 
   const bool with_ids = r.return_token_ids, with_logprobs = r.logprobs >= 0;
+  const bool as_ids = r.return_tokens_as_token_ids;
   if (!r.stream) {
     std::vector<ChoiceOut>& choices = *choices_ptr;
     int done = 0;
@@ -380,7 +381,8 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
                                                with_ids ? &ci.ids : nullptr)["choices"][0];
           one["index"] = i;
           one["stop_reason"] = stop_reason_json(ci.stop_sequence);
-          if (with_logprobs) one["logprobs"] = logprobs_json(is_chat, ci.logprobs, ci.text_offset);
+          if (with_logprobs)
+            one["logprobs"] = logprobs_json(is_chat, ci.logprobs, ci.text_offset, as_ids);
           if (ci.out) {
             ci.out->on_done();
             one["message"] = ci.out->message();
@@ -402,93 +404,94 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
   const bool usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   auto choices = choices_ptr;
-  res.set_chunked_content_provider("text/event-stream", [this, state, ctx, with_ids, with_logprobs,
-                                                         usage, watch, choices, n, is_chat, sink,
-                                                         counted](size_t, httplib::DataSink& out) {
-    auto send = [&](const json& j) { return sink.chunk(out, j); };
-    if (sink.begin && !sink.begin(out, static_cast<int>(state->request.prompt.size()))) {
-      state->cancel();
-      return false;
-    }
-    // A chat choice's parsed deltas, one chunk each (the first keeps role); none while
-    // the parser holds text back, unless the chunk must carry token ids or logprobs.
-    auto send_deltas = [&](ChoiceOut& c, int index, std::vector<json> deltas,
-                           const std::vector<int32_t>* ids,
-                           const std::vector<TokenLogprob>* lps = nullptr) {
-      if (deltas.empty() && (ids || (lps && !lps->empty()))) deltas.push_back(json::object());
-      for (size_t i = 0; i < deltas.size(); ++i) {
-        json chunk = stream_chunk(ctx, "", c.first, "", i == 0 ? ids : nullptr);
-        json& choice = chunk["choices"][0];
-        choice["index"] = index;
-        if (i == 0 && lps && with_logprobs)
-          choice["logprobs"] = logprobs_json(is_chat, *lps, c.text_offset);
-        json& delta = choice["delta"];
-        delta.erase("content");
-        delta.update(deltas[i]);
-        c.first = false;
-        if (!send(chunk)) {  // client went away: stop generating for it
+  res.set_chunked_content_provider(
+      "text/event-stream", [this, state, ctx, with_ids, with_logprobs, as_ids, usage, watch,
+                            choices, n, is_chat, sink, counted](size_t, httplib::DataSink& out) {
+        auto send = [&](const json& j) { return sink.chunk(out, j); };
+        if (sink.begin && !sink.begin(out, static_cast<int>(state->request.prompt.size()))) {
           state->cancel();
           return false;
         }
-      }
-      return true;
-    };
-    int done = 0;
-    for (;;) {
-      GenerationEvent ev;
-      const bool got = state->next_for(kPollMs, ev);
-      if (watch->gone()) {  // client went away: stop generating for it
-        state->cancel();
-        return false;
-      }
-      if (!got) continue;
-      if (ev.kind == GenerationEvent::Kind::kError) {
-        send(error_body(ApiError(500, ev.error, "server_error", "", ev.error_code)));
-        break;
-      }
-      ChoiceOut& c = (*choices)[ev.index];
-      if (ev.kind == GenerationEvent::Kind::kDone) {
-        c.timings = ev.timings;
-        if (c.out && !send_deltas(c, ev.index, c.out->on_done(), nullptr)) return false;
-        json last = stream_chunk(ctx, "", false,
-                                 c.out ? c.out->finish_reason(ev.finish_reason) : ev.finish_reason,
-                                 nullptr);
-        last["choices"][0]["index"] = ev.index;
-        last["choices"][0]["stop_reason"] = stop_reason_json(ev.stop_sequence);
-        if (usage) last["usage"] = nullptr;
-        send(last);
-        if (++done < n) continue;
-        if (usage) {
-          const Timings total = request_timings(*choices);
-          json u = stream_chunk(ctx, "", false, "", nullptr);
-          u["choices"] = json::array();
-          u["usage"] = usage_json(total);
-          add_chat_usage(*choices, u["usage"]);
-          u["timings"] = timings_json(total);
-          send(u);
+        // A chat choice's parsed deltas, one chunk each (the first keeps role); none while
+        // the parser holds text back, unless the chunk must carry token ids or logprobs.
+        auto send_deltas = [&](ChoiceOut& c, int index, std::vector<json> deltas,
+                               const std::vector<int32_t>* ids,
+                               const std::vector<TokenLogprob>* lps = nullptr) {
+          if (deltas.empty() && (ids || (lps && !lps->empty()))) deltas.push_back(json::object());
+          for (size_t i = 0; i < deltas.size(); ++i) {
+            json chunk = stream_chunk(ctx, "", c.first, "", i == 0 ? ids : nullptr);
+            json& choice = chunk["choices"][0];
+            choice["index"] = index;
+            if (i == 0 && lps && with_logprobs)
+              choice["logprobs"] = logprobs_json(is_chat, *lps, c.text_offset, as_ids);
+            json& delta = choice["delta"];
+            delta.erase("content");
+            delta.update(deltas[i]);
+            c.first = false;
+            if (!send(chunk)) {  // client went away: stop generating for it
+              state->cancel();
+              return false;
+            }
+          }
+          return true;
+        };
+        int done = 0;
+        for (;;) {
+          GenerationEvent ev;
+          const bool got = state->next_for(kPollMs, ev);
+          if (watch->gone()) {  // client went away: stop generating for it
+            state->cancel();
+            return false;
+          }
+          if (!got) continue;
+          if (ev.kind == GenerationEvent::Kind::kError) {
+            send(error_body(ApiError(500, ev.error, "server_error", "", ev.error_code)));
+            break;
+          }
+          ChoiceOut& c = (*choices)[ev.index];
+          if (ev.kind == GenerationEvent::Kind::kDone) {
+            c.timings = ev.timings;
+            if (c.out && !send_deltas(c, ev.index, c.out->on_done(), nullptr)) return false;
+            json last = stream_chunk(
+                ctx, "", false, c.out ? c.out->finish_reason(ev.finish_reason) : ev.finish_reason,
+                nullptr);
+            last["choices"][0]["index"] = ev.index;
+            last["choices"][0]["stop_reason"] = stop_reason_json(ev.stop_sequence);
+            if (usage) last["usage"] = nullptr;
+            send(last);
+            if (++done < n) continue;
+            if (usage) {
+              const Timings total = request_timings(*choices);
+              json u = stream_chunk(ctx, "", false, "", nullptr);
+              u["choices"] = json::array();
+              u["usage"] = usage_json(total);
+              add_chat_usage(*choices, u["usage"]);
+              u["timings"] = timings_json(total);
+              send(u);
+            }
+            break;
+          }
+          if (c.out) {
+            if (!send_deltas(c, ev.index, c.out->on_text(ev.text, ev.tokens),
+                             with_ids ? &ev.tokens : nullptr, &ev.logprobs))
+              return false;
+            continue;
+          }
+          json chunk = stream_chunk(ctx, ev.text, c.first, "", with_ids ? &ev.tokens : nullptr);
+          chunk["choices"][0]["index"] = ev.index;
+          if (with_logprobs)
+            chunk["choices"][0]["logprobs"] =
+                logprobs_json(is_chat, ev.logprobs, c.text_offset, as_ids);
+          c.first = false;
+          if (!send(chunk)) {  // client went away: stop generating for it
+            state->cancel();
+            return false;
+          }
         }
-        break;
-      }
-      if (c.out) {
-        if (!send_deltas(c, ev.index, c.out->on_text(ev.text, ev.tokens),
-                         with_ids ? &ev.tokens : nullptr, &ev.logprobs))
-          return false;
-        continue;
-      }
-      json chunk = stream_chunk(ctx, ev.text, c.first, "", with_ids ? &ev.tokens : nullptr);
-      chunk["choices"][0]["index"] = ev.index;
-      if (with_logprobs)
-        chunk["choices"][0]["logprobs"] = logprobs_json(is_chat, ev.logprobs, c.text_offset);
-      c.first = false;
-      if (!send(chunk)) {  // client went away: stop generating for it
-        state->cancel();
-        return false;
-      }
-    }
-    sink.end(out);
-    out.done();
-    return true;
-  });
+        sink.end(out);
+        out.done();
+        return true;
+      });
 }
 
 namespace {

@@ -110,8 +110,8 @@ struct Routes {
   TokenConstraints forced_tool_call(const CompletionRequest& r, const std::string& prompt) const;
   std::shared_ptr<RequestState> submit(GenerationRequest g, httplib::Response& res,
                                        bool is_chat) const;
-  nlohmann::json logprobs_json(bool chat, const std::vector<TokenLogprob>& lps,
-                               size_t& text_offset) const;
+  nlohmann::json logprobs_json(bool chat, const std::vector<TokenLogprob>& lps, size_t& text_offset,
+                               bool as_ids) const;
 };
 
 }  // namespace ninfer

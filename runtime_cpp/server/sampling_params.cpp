@@ -124,6 +124,7 @@ bool handled(const std::string& key, bool chat) {
                                      "stream",
                                      "stream_options",
                                      "return_token_ids",
+                                     "return_tokens_as_token_ids",
                                      "ignore_eos",
                                      "temperature",
                                      "top_p",
