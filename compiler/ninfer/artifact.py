@@ -34,6 +34,7 @@ from ninfer.frontend.model import FrontendModel
 from ninfer.frontend.output_formats import detect_output_parsers
 from ninfer.plan import FORMAT_WDTYPES, Plan, weight_format, weight_layout
 from ninfer.quantize.weight_formats import pack, part_layout
+from ninfer.runtime.tolerance import manifest_entry as check_entry
 from ninfer.targets import Target
 
 __all__ = ["HEADER", "ArtifactError", "PendingTensor", "manifest", "pending_tensors",
@@ -59,6 +60,7 @@ def manifest(model: FrontendModel, plan: Plan, target: Target, model_id: str
         "limits": asdict(plan.limits),
         "build": {"digest": plan.build_digest(graph.config, target, model_id)},
         "weights": plan.to_json()["weights"],
+        "check": check_entry(plan.to_json()["weights"], plan.limits.kv_dtype, target.kind),
         "tokenizer": tok.tokenizer_json,
         "chat_template": manifest_entry(model.chat_templates, tok.special_tokens),
         "output_parsers": detect_output_parsers(
