@@ -25,6 +25,12 @@ anything: its figures go through llama-cpp-python's Python-level generate loop, 
 a model this small costs more than the model; the two engines' absolute rates are not
 compared.
 
+`--inflate-ffn N` serves the trained model with every MLP widened to N columns whose
+output weights are ~1e-6 (inflate_ffn): its tokens stay the trained model's while a decode
+step reads the weights of a model ~N/384 times larger, so decode is bound by memory
+bandwidth, as a real model's is, rather than by the per-step overhead of a 1M-parameter
+model; speculation pays where one weight read serves several tokens.
+
 Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
 command line.
 """
@@ -59,6 +65,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--max-tokens", type=int, default=160)
     p.add_argument("--no-llamacpp", action="store_true")
+    p.add_argument("--inflate-ffn", type=int, default=0, metavar="N",
+                   help="widen every MLP to N columns whose output weights are ~1e-6 (the "
+                        "trained model's function, read at a real model's bandwidth)")
     return p.parse_args()
 
 
@@ -151,6 +160,44 @@ def build_model(directory: Path, examples: int, epochs: int) -> Path:
     return directory
 
 
+def inflate_ffn(trained: Path, directory: Path, width: int) -> Path:
+    """`trained` with every MLP widened to `width` columns: the new gate/up rows are random
+    (the scale of the trained ones), the new down_proj columns ~1e-6 of that, so each adds
+    ~1e-5 to the residual and the model's greedy tokens stay the trained model's, while a
+    decode step reads `width / intermediate_size` times the MLP bytes: the bytes per token of
+    a bandwidth-bound model (as a real one is) around the behaviour of this one (cached)."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    cfg = json.loads((trained / "config.json").read_text())
+    stamp = {"trained": json.loads((trained / "stamp.json").read_text()), "width": width,
+             "source": hashlib.sha256(inspect.getsource(inflate_ffn).encode()).hexdigest()}
+    if (directory / "stamp.json").exists() and json.loads(
+            (directory / "stamp.json").read_text()) == stamp:
+        return directory
+    inter = cfg["intermediate_size"]
+    if width <= inter:
+        raise SystemExit(f"--inflate-ffn {width}: not wider than the model's {inter}")
+    rng = np.random.default_rng(7)
+    tensors = load_file(str(trained / "model.safetensors"))
+    for name in list(tensors):
+        w = tensors[name]
+        extra = width - inter
+        if name.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight")):
+            new = rng.standard_normal((extra, w.shape[1])).astype(w.dtype) * w.std()
+            tensors[name] = np.concatenate([w, new], axis=0)
+        elif name.endswith("mlp.down_proj.weight"):
+            new = rng.standard_normal((w.shape[0], extra)).astype(w.dtype) * w.std() * 1e-6
+            tensors[name] = np.concatenate([w, new], axis=1)
+    shutil.rmtree(directory, ignore_errors=True)
+    shutil.copytree(trained, directory)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps({**cfg, "intermediate_size": width},
+                                                      indent=2))
+    (directory / "stamp.json").write_text(json.dumps(stamp))
+    return directory
+
+
 def _prompt_text(user: str) -> str:
     from ninfer.demo import chat_templates, train
 
@@ -213,8 +260,12 @@ def main() -> None:
 
     base = DEFAULT_BUILD_DIR / "bench"
     ckpt = build_model(base / "spec-copy", args.examples, args.epochs)
-    out = base / "spec-copy-cpu"
-    compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id="spec-copy",
+    name = "spec-copy"
+    if args.inflate_ffn:
+        name = f"spec-copy-ffn{args.inflate_ffn}"
+        ckpt = inflate_ffn(ckpt, base / name, args.inflate_ffn)
+    out = base / f"{name}-cpu"
+    compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id=name,
                                  max_context=1024, prefill_chunk=256, max_concurrency=1,
                                  spec="ngram", max_draft_tokens=args.draft_tokens,
                                  kv_dtype="f16", python_module=False))
@@ -224,7 +275,7 @@ def main() -> None:
     if not args.no_llamacpp:
         from ninfer.bench.gguf_export import export_gguf
 
-        gguf = export_gguf(ckpt, base / "spec-copy-F32.gguf", "F32")
+        gguf = export_gguf(ckpt, base / f"{name}-F32.gguf", "F32")
     sides = ["plain", "ngram"] + (["llama.cpp", "llama.cpp lookup"] if gguf else [])
     rates: dict[str, list[float]] = {s: [] for s in sides}
     kind_rates: dict[tuple[str, str], list[float]] = {}
@@ -243,8 +294,9 @@ def main() -> None:
                     pos = [metrics.value(
                         "ninfer:spec_decode_num_accepted_tokens_per_pos_total",
                         position=str(i)) for i in range(args.draft_tokens)]
-                    accept_line = (f"drafts {d}, accepted {a} ({100 * a / max(d, 1):.0f}%), "
-                                   "per position " + " ".join(
+                    n_tok = sum(r["usage"]["completion_tokens"] for r in res)
+                    accept_line = (f"{n_tok} tokens, drafts {d}, accepted {a} "
+                                   f"({100 * a / max(d, 1):.0f}%), per position " + " ".join(
                                        f"{v / max(pos[0] if pos else 1, 1):.2f}" for v in pos))
             else:
                 assert gguf is not None
