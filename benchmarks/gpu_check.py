@@ -325,7 +325,7 @@ def spec_identity(build: Path, prompts: list[list[int]]) -> int:
     return failures
 
 
-def hybrid_parity(root: Path) -> int:
+def hybrid_parity(root: Path, pattern: str = "hybrid-*") -> int:
     """The hybrid builds (hybrid-*, their checkpoint the one artifact-options.json names):
     greedy tokens = transformers fp32 for prompts up to 5 prefill chunks, 1, 2 and 4 at
     once, graphs on and off (a padded graph row must not touch a live sequence's recurrent
@@ -338,7 +338,7 @@ def hybrid_parity(root: Path) -> int:
     failures = 0
     rng = np.random.default_rng(21)
     prompts = [rng.integers(0, 2000, n).tolist() for n in (5, 23, 40, 70)]
-    for build in sorted(p for p in root.glob("hybrid-*") if (p / "model.ninfer").exists()):
+    for build in sorted(p for p in root.glob(pattern) if (p / "model.ninfer").exists()):
         recorded = json.loads((build / "artifact-options.json").read_text())
         hf = AutoModelForCausalLM.from_pretrained(root / recorded["model_dir"],
                                                   dtype="float32").eval()
@@ -431,6 +431,9 @@ if __name__ == "__main__":
     if sys.argv[1] == "profile":
         profile(Path(sys.argv[2]), Path(sys.argv[3]))
         sys.exit(0)
+    if sys.argv[1] == "hybrid":  # hybrid ROOT PATTERN: those hybrid builds alone
+        restore_artifacts(Path(sys.argv[2]))
+        sys.exit(1 if hybrid_parity(Path(sys.argv[2]), sys.argv[3]) else 0)
     if sys.argv[1] == "bench":
         bench(Path(sys.argv[2]))
         sys.exit(0)

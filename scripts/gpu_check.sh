@@ -6,7 +6,8 @@
 #                                              # speculation), the
 #                                              # tiny hybrids (Qwen3.5, also with the chunked
 #                                              # GDN prefill, with and without n-gram
-#                                              # speculation; Qwen3-Next MoE) and a
+#                                              # speculation, with MTP drafts; Qwen3-Next
+#                                              # MoE) and a
 #                                              # 0.6B-shaped bench model (no artifact)
 #   bash scripts/gpu_check.sh run [bench]      # there: parity with transformers (graphs
 #                                              # on/off, 1/2/4 streams), memcheck, speed
@@ -93,6 +94,18 @@ opts = CompileOptions(model_dir=compiled("qwen35-tiny").checkpoint, target=targe
                       gdn_prefill="chunked", spec="ngram", max_draft_tokens=4)
 compile_model(opts)
 tidy(out, opts, "hybrid-qwen35-tiny-checkpoint")
+# ... and with MTP drafts: the checkpoint's head (random: few drafts accepted) run after
+# each step; greedy tokens = transformers and = --spec none (hybrid_parity, spec_identity).
+from conftest import checkpoint
+mtp_ckpt, _ = checkpoint("qwen35mtp-tiny")
+shutil.copytree(mtp_ckpt, root / "hybrid-qwen35mtp-tiny-spec-checkpoint")
+out = root / "hybrid-qwen35mtp-tiny-spec"
+opts = CompileOptions(model_dir=mtp_ckpt, target=target, out_dir=out,
+                      model_id="qwen35mtp-tiny", max_context=MAX_CONTEXT, prefill_chunk=80,
+                      max_concurrency=4, python_module=False, kv_dtype="f32",
+                      gdn_prefill="chunked", spec="mtp", max_draft_tokens=3)
+compile_model(opts)
+tidy(out, opts, "hybrid-qwen35mtp-tiny-spec-checkpoint")
 # The 0.6B-shaped bench model: built here without its 3 GB artifact, which
 # gpu_check.py writes there from a checkpoint it makes with the same seed and shapes.
 ckpt = Path("build/bench-0.6b-checkpoint")

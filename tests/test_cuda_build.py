@@ -385,6 +385,35 @@ def test_moe_hybrid_builds_for_cuda(qwen3next_model):
     assert result.server.exists()
 
 
+def test_mtp_drafts_build_for_cuda():
+    """The Qwen3.5 hybrid with its MTP head, --spec mtp for h200: the head's fc halves, its
+    attention layer (a KV pool layer of its own) and the LM head run on the step's
+    kernels, whose launches are verified up to the step's rows; the server links, its
+    steps stay graph replays (the head's input, every row's final-normed hidden state, is
+    written inside them) and the draft passes run eagerly after them."""
+    from conftest import checkpoint
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    ckpt, _ = checkpoint("qwen35mtp-tiny")
+    out = TEST_MODELS / "qwen35mtp-tiny-h200"
+    result = compile_model(CompileOptions(
+        model_dir=ckpt, target="h200", out_dir=out, model_id="qwen35mtp-tiny",
+        max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+        python_module=False, kv_dtype="f32", spec="mtp", max_draft_tokens=3))
+    launches = result.report.to_json()["launches"]
+    for row in launches:
+        _, hi = map(int, row["sizes"].split()[1].split(".."))
+        assert int(row["max_ok_size"]) == hi, row
+    model_cpp = (out / "src" / "model.cpp").read_text()
+    assert "void draft(const DraftBatch& d, int32_t* drafts) override" in model_cpp
+    assert "mtp_fc_hidden_.mtp_fc" in model_cpp and "mtp_fc_embed_.mtp_fc" in model_cpp
+    assert "graphs_.run((uint64_t(n) << 16)" in model_cpp
+    assert "(x, final_norm_, mtp_hid_, n)" in model_cpp
+    manifest = json.loads((out / "compile_report.json").read_text())
+    assert manifest["plan"]["limits"]["spec"] == "mtp"
+    assert result.server.exists()
+
+
 def _gdn_routes(name: str, roles: tuple[str, ...], max_tokens: int):
     from ninfer.kernels.cuda.coop import coop_family
     from ninfer.occupancy.coop import compile_coop_family, route_coop

@@ -166,3 +166,17 @@ def test_ngram_flags_are_refused_with_mtp_drafts(mtp_model):
     assert r.returncode != 0
     assert "--ngram-min/--ngram-max size the prompt lookup of --spec ngram; this model " \
            "drafts with --spec mtp" in " ".join(r.stderr.split())
+
+
+def test_artifact_alone_is_the_compiles(mtp_model, tmp_path):
+    """write_model_artifact (stage 6 alone, no TVM: how scripts/gpu_check.sh rewrites the
+    artifacts on a GPU machine) writes an MTP build's artifact byte for byte, its head
+    included (it read the checkpoint without its head, and the plan refused it)."""
+    from ninfer.pipeline import CompileOptions, write_model_artifact
+
+    opts = CompileOptions(model_dir=mtp_model.checkpoint, target="cpu", out_dir=tmp_path,
+                          model_id="qwen35mtp-tiny", max_context=MAX_CONTEXT,
+                          prefill_chunk=PREFILL_CHUNK, max_concurrency=CONCURRENCY,
+                          kv_dtype="f32", spec="mtp", max_draft_tokens=DRAFTS)
+    artifact = write_model_artifact(opts, tmp_path / "model.ninfer")
+    assert artifact.read_bytes() == (mtp_model.out_dir / "model.ninfer").read_bytes()

@@ -151,9 +151,6 @@ class CompileOptions:
 
     def check_target(self, target: Target) -> None:
         """Raise OptionsError where an option does not suit `target`."""
-        if self.spec == "mtp" and target.is_cuda:
-            raise OptionsError(f"--spec mtp: the MTP draft program runs on the cpu target so "
-                               f"far, not on {target.name}; --spec ngram drafts there")
         if self.prefill_projections == "coop" and not target.is_cuda:
             raise OptionsError("--prefill-projections coop needs a CUDA target")
         if target.is_cuda and self.kv_dtype not in CUDA_KV_DTYPES:

@@ -157,7 +157,7 @@ def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
     no compiler). The weights may differ from the compiling machine's; the shapes, target,
     limits and tokenizer must not, or the server refuses the artifact."""
     target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
-    model = read_model(opts.model_dir, opts.chat_template)
+    model = read_model(opts.model_dir, opts.chat_template, mtp=opts.spec == "mtp")
     opts, _ = opts.with_checkpoint_weights(model.native_weight_format())
     limits = opts.serve_limits(target, model.graph.config.max_position_embeddings)
     plan = make_plan(model.graph, target, limits, opts.weight_formats())
