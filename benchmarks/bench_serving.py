@@ -53,8 +53,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-    from ninfer.bench.common import open_endpoint
     from ninfer.bench.serving import ServingConfig, format_text, run_serving
+    from ninfer.runtime.client import open_endpoint
 
     levels = tuple(int(x) for x in args.levels.split(","))
     out = args.build_dir or compiled_checkpoint(

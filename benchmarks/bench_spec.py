@@ -208,8 +208,8 @@ def _prompt_text(user: str) -> str:
 def ninfer_round(out_dir: Path, spec: str, prompts: list[str], threads: int,
                  max_tokens: int) -> tuple[list[dict[str, Any]], Any]:
     """The responses, one per prompt, and the server's metrics after them."""
-    from ninfer.bench.common import parse_metrics
     from ninfer.runtime import Server
+    from ninfer.runtime.client import parse_metrics
 
     with Server(out_dir, threads=threads, extra_args=("--spec", spec)) as srv:
         model = srv.client.get("/v1/models").json()["data"][0]["id"]

@@ -63,7 +63,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-    from ninfer.bench.common import open_endpoint
+    from ninfer.runtime.client import open_endpoint
 
     out = args.build_dir or compiled_checkpoint(args.size, "structured", max_context=1024)
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ninfer.bench.cli import main as bench_main
-from ninfer.bench.common import (
+from ninfer.runtime.client import (
     MIB,
     MetricsError,
     SseReader,
@@ -22,7 +22,7 @@ from ninfer.bench.common import (
     rss_flat,
     sse_data,
 )
-from ninfer.bench.soak import ChatCost, SoakConfig, plan_requests
+from ninfer.runtime.soak import ChatCost, SoakConfig, plan_requests
 
 METRICS_TEXT = """\
 # HELP ninfer:num_requests_running Number of requests holding a sequence slot.

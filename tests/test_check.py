@@ -1,6 +1,7 @@
-"""`ninfer-check`: a correct build passes every check; a build whose artifact has one
-weight tensor changed (its checksums re-sealed, so the server loads it) fails and names the
-first divergence; an int4 KV cache passes at its own tolerance and fails at float32's."""
+"""`ninfer-check`: a correct build passes every check (and a short soak); a build whose
+artifact has one weight tensor changed (its checksums re-sealed, so the server loads it)
+fails and names the first divergence; an int4 KV cache passes at its own tolerance and
+fails at float32's."""
 
 from __future__ import annotations
 
@@ -30,10 +31,13 @@ pytestmark = pytest.mark.e2e
 
 
 def test_a_correct_build_passes(qwen3_model: CompiledModel):
-    report = check(qwen3_model.out_dir, qwen3_model.checkpoint, tokens=16, threads=2)
+    report = check(qwen3_model.out_dir, qwen3_model.checkpoint, tokens=16, threads=2,
+                   soak=30, concurrency=3)
     names = [r.check for r in report.rows]
     assert report.ok and report.divergence is None, report.rows
-    assert names[0] == "reference" and "concurrency 2" in names and len(names) >= 3
+    assert names[0] == "reference" and "concurrency 2" in names and len(names) >= 4
+    assert names[-1] == "soak 30 x 3" and report.soak.completed + report.soak.disconnected == 30
+    assert report.soak.kv_blocks_used == 0
     # the tiny Qwen3's build: f32 weights and KV cache, so float32's bound
     assert report.bound == bound(["f32"], "f32")
 

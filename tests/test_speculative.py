@@ -30,7 +30,7 @@ from conftest import (
     clean_soak,
     compile_once,
 )
-from ninfer.bench.common import parse_metrics
+from ninfer.runtime.client import parse_metrics
 
 CONCURRENCY = 4
 DRAFTS = 4

@@ -18,7 +18,7 @@ import click
 import httpx
 from rich.console import Console
 
-from ninfer.bench.common import BenchError, open_endpoint
+from ninfer.runtime.client import BenchError, open_endpoint
 from ninfer.runtime.server import ServerError
 
 console = Console()
@@ -114,7 +114,7 @@ def soak(build_dir: Path | None, url: str | None, threads: int | None,
     RSS is sampled after a warm-up, halfway and at the end; it counts as
     flat when end <= start x 1.10 + 16 MiB.
     """
-    from ninfer.bench.soak import SoakConfig, render_soak, run_soak
+    from ninfer.runtime.soak import SoakConfig, render_soak, run_soak
 
     cfg = SoakConfig(requests=n_requests, concurrency=concurrency, seed=seed,
                      disconnect_rate=disconnect_rate,

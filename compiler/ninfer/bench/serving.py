@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from ninfer.bench.common import (
+from ninfer.runtime.client import (
     BenchError,
     Endpoint,
     StreamTrace,

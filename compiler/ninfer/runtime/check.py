@@ -19,6 +19,9 @@ alternatives' log-probabilities (as token ids: return_tokens_as_token_ids). Then
   tolerance.
 - **graphs off** (CUDA builds): the server again with `--no-cuda-graph`, compared the same
   way; **drafts off** (builds with speculation): again with `--spec none`.
+- **soak** (`--soak N --concurrency C`): ninfer-bench soak's N mixed requests (streaming
+  or not, chat and completions, clients hanging up) against a fresh server: every answer
+  well formed, the server drained with no KV block held, its RSS flat.
 
 The first divergence is reported with the prompt, the position, both tokens and both top-5
 lists. Exit status 0 when every check passes, 1 when one fails, 2 when the check could not
@@ -92,6 +95,7 @@ class Report:
     bound: Bound
     rows: list[Row] = field(default_factory=list)
     divergence: Divergence | None = None
+    soak: Any = None  # ninfer.runtime.soak.SoakResult, when a soak ran
 
     @property
     def ok(self) -> bool:
@@ -299,9 +303,11 @@ def _serve(build: Path, args: tuple[str, ...], threads: int | None,
 
 def check(build: Path, reference: Path, *, tokens: int = 24, prompts_file: Path | None = None,
           tolerance: Bound | None = None, threads: int | None = None,
-          server_args: tuple[str, ...] = (),
+          server_args: tuple[str, ...] = (), soak: int = 0, concurrency: int | None = None,
           log: Callable[[str], None] = lambda s: None) -> Report:
-    """Run every check on the build in `build` against the checkpoint in `reference`."""
+    """Run every check on the build in `build` against the checkpoint in `reference`;
+    `soak` > 0: then `soak` mixed requests with `concurrency` (default: the build's) in
+    flight, as `ninfer-bench soak` sends them."""
     build = Path(build)
     try:
         manifest = read_manifest(build / "model.ninfer")
@@ -358,7 +364,30 @@ def check(build: Path, reference: Path, *, tokens: int = 24, prompts_file: Path 
         log("again with --spec none")
         against("drafts off", _serve(build, (*server_args, "--spec", "none"), threads,
                                      prompts, tokens)[1])
+    if soak > 0:
+        report.soak = _soak(build, server_args, threads, soak,
+                            concurrency or limits["max_concurrency"],
+                            limits.get("spec", "none") != "none", log)
+        r = report.soak
+        report.rows.append(Row(f"soak {soak} x {r.config['concurrency']}", r.passed,
+                               f"{r.completed} answered, {r.disconnected} hung up, {r.failed} "
+                               f"failed; KV blocks used after: {r.kv_blocks_used}; RSS "
+                               f"{r.rss_start_mib}->{r.rss_end_mib} MiB"
+                               + ("; " + "; ".join(r.problems) if r.problems else "")))
     return report
+
+
+def _soak(build: Path, server_args: tuple[str, ...], threads: int | None, n: int,
+          concurrency: int, speculative: bool, log: Callable[[str], None]) -> Any:
+    """ninfer-bench soak's client against a fresh server of the build."""
+    from ninfer.runtime.client import open_endpoint
+    from ninfer.runtime.soak import SoakConfig, run_soak
+
+    log(f"soak: {n} requests, {concurrency} in flight")
+    cfg = SoakConfig(requests=n, concurrency=concurrency, seed=PROMPT_SEED,
+                     narrow_rate=0.3 if speculative else 0.0)
+    with open_endpoint(build, None, threads=threads, server_args=server_args) as ep:
+        return run_soak(ep, cfg)
 
 
 def _describe(d: Divergence, decode: Callable[[int], str]) -> list[str]:
@@ -379,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from ninfer.runtime.client import BenchError
+
     @click.command(context_settings={"help_option_names": ["-h", "--help"]},
                    help=__doc__.split("\n\n")[0].replace("`", ""))
     @click.argument("build", type=click.Path(exists=True, file_okay=False, path_type=Path))
@@ -396,16 +427,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     @click.option("--threads", type=int, help="the server's --threads (CPU builds)")
     @click.option("--server-arg", "server_args", multiple=True,
                   help="an argument for ninfer-server (repeat for each)")
+    @click.option("--soak", default=0, show_default=True, type=click.IntRange(0),
+                  help="then this many mixed requests (ninfer-bench soak's: streaming or "
+                  "not, chat and completions, hang-ups); fails on a bad answer, a leaked KV "
+                  "block or growing RSS")
+    @click.option("--concurrency", type=click.IntRange(1),
+                  help="requests in flight in the soak (default: the build's concurrency)")
     def command(build: Path, reference: Path, tokens: int, prompts_file: Path | None,
-                tolerance: str | None, threads: int | None, server_args: tuple[str, ...]
-                ) -> None:
+                tolerance: str | None, threads: int | None, server_args: tuple[str, ...],
+                soak: int, concurrency: int | None) -> None:
         console = Console()
         try:
             tol = parse_tolerance(tolerance) if tolerance is not None else None
             report = check(build, reference, tokens=tokens, prompts_file=prompts_file,
                            tolerance=tol, threads=threads, server_args=server_args,
+                           soak=soak, concurrency=concurrency,
                            log=lambda s: console.print(f"[dim]{s}[/dim]"))
-        except (CheckError, ServerError, OSError) as e:  # a failure to run, not a verdict
+        except (CheckError, ServerError, OSError, BenchError) as e:  # could not run
             console.print(f"[red]ninfer-check could not run:[/red] {e}")
             raise SystemExit(2) from e
         table = Table(title=f"ninfer-check {build}")
@@ -416,6 +454,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             table.add_row(r.check, "[green]pass[/green]" if r.ok else "[red]FAIL[/red]",
                           r.detail)
         console.print(table)
+        if report.soak is not None:
+            from ninfer.runtime.soak import render_soak
+
+            console.print(render_soak(report.soak))
+            for line in report.soak.failures[:10]:
+                console.print(f"  failed: {line}", markup=False, highlight=False)
         if report.divergence:
             from tokenizers import Tokenizer
 

@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: the server under test, /metrics, RSS, SSE arrival times."""
+"""Client-side tools for a running ninfer-server (the benchmarks, `ninfer-bench` and
+`ninfer-check`): the server under test, /metrics, RSS, SSE arrival times."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from ninfer.bench.common import (
+from ninfer.runtime.client import (
     ACCEPTED,
     CANCELLED,
     DRAFTS,
