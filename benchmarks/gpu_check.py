@@ -1,5 +1,6 @@
 """The GPU check, on a lent GPU machine: CUDA ninfer-server builds prepared by
-scripts/gpu_check.sh against transformers, with CUDA graphs on and off, one request at a
+scripts/gpu_check.sh, first through `ninfer-check` (ninfer.runtime.check), then against
+transformers token for token, with CUDA graphs on and off, one request at a
 time and several at once; memcheck; decode speed of a Qwen3-0.6B-shaped model with
 transformers on the same GPU as the peer. The hybrid builds (Gated DeltaNet, dense and
 MoE) against transformers' own recurrent cache.
@@ -368,6 +369,35 @@ def restore_artifacts(root: Path) -> None:
         print(f"{build.name}: artifact written in {time.perf_counter() - t0:.1f} s")
 
 
+def ninfer_checks(root: Path, pattern: str = "*") -> int:
+    """`ninfer-check` (ninfer.runtime.check) on every GPU build under `root` matching
+    `pattern` against its checkpoint: transformers on this GPU, the bound its formats
+    promise, 1..max concurrency, graphs off, drafts off. The exact-token comparisons below
+    (transformers with the build's dequantized weights, the CPU build of the same formats)
+    are stricter than its bounds and stay."""
+    from ninfer.runtime.check import check
+
+    failures = 0
+    for build in sorted(root.glob(pattern)):
+        recorded = build / "artifact-options.json"
+        if not (build / "model.ninfer").exists() or not recorded.exists() or "-cpu-" in build.name:
+            continue
+        ckpt = root / json.loads(recorded.read_text())["model_dir"]
+        t0 = time.perf_counter()
+        report = check(build, ckpt, tokens=32)
+        for row in report.rows:
+            print(f"ninfer-check {build.name} {row.check}: {'pass' if row.ok else 'FAIL'} "
+                  f"{row.detail}")
+        if report.divergence:
+            d = report.divergence
+            print(f"  first divergence ({d.check}): prompt {d.prompt}, position {d.position}: "
+                  f"{d.reason}; server top {d.got_top}; reference top {d.want_top}")
+        print(f"ninfer-check {build.name}: {'passed' if report.ok else 'FAILED'} in "
+              f"{time.perf_counter() - t0:.0f} s")
+        failures += not report.ok
+    return failures
+
+
 def run(root: Path) -> int:
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -394,7 +424,7 @@ def run(root: Path) -> int:
                 mod.weight = torch.nn.Parameter(torch.from_numpy(stored.astype("float32")))
         return [[t for t in seq if t not in eos][:32] for seq in hf_greedy(m, prompts, 32, "cpu")]
 
-    failures = 0
+    failures = ninfer_checks(root)
     builds = sorted(p for p in root.iterdir() if (p / "model.ninfer").exists()
                     and p.name.startswith("qwen3-tiny") and "-cpu-" not in p.name)
     wants: dict[Path, list[list[int]]] = {}
@@ -431,6 +461,9 @@ if __name__ == "__main__":
     if sys.argv[1] == "profile":
         profile(Path(sys.argv[2]), Path(sys.argv[3]))
         sys.exit(0)
+    if sys.argv[1] == "check":  # check ROOT [PATTERN]: ninfer-check alone
+        restore_artifacts(Path(sys.argv[2]))
+        sys.exit(1 if ninfer_checks(Path(sys.argv[2]), *sys.argv[3:4]) else 0)
     if sys.argv[1] == "hybrid":  # hybrid ROOT PATTERN: those hybrid builds alone
         restore_artifacts(Path(sys.argv[2]))
         sys.exit(1 if hybrid_parity(Path(sys.argv[2]), sys.argv[3]) else 0)
