@@ -88,6 +88,40 @@ def check_tokens(tag: str, r: dict, want: list[int]) -> bool:
     return ok
 
 
+def eager(build: Path) -> bool:
+    """A sparse MoE build: its steps read the routing on the host and never run as graphs."""
+    report = json.loads((build / "compile_report.json").read_text())
+    return any(k["family"].startswith("moe") for k in report["kernels"])
+
+
+def graphs_verdict(metrics_text: str, graphs: bool) -> tuple[bool, str]:
+    """The server's /metrics after its requests: with graphs on, graphs were captured and
+    replayed (a counter of 0 means every step ran eagerly); with --no-cuda-graph, none."""
+    from ninfer.runtime.client import BenchError, parse_metrics
+
+    try:
+        m = parse_metrics(metrics_text)
+        captured = m.value("ninfer:cuda_graphs_captured_total")
+        replays = m.value("ninfer:cuda_graph_replays_total")
+    except BenchError as e:
+        return False, f"no CUDA graph counters: {e}"
+    ok = (captured > 0 and replays > 0) if graphs else (captured == 0 and replays == 0)
+    return ok, f"{captured:.0f} graphs captured, {replays:.0f} replays"
+
+
+def overlap_verdict(metrics_text: str) -> tuple[bool, str]:
+    """Some step ran two or more sequences at once (the concurrent requests overlapped)."""
+    from ninfer.runtime.client import BenchError, parse_metrics
+
+    try:
+        m = parse_metrics(metrics_text)
+        steps = m.value("ninfer:iteration_sequences_count")
+        single = m.value("ninfer:iteration_sequences_bucket", le="1.0")
+    except BenchError as e:
+        return False, f"no ninfer:iteration_sequences: {e}"
+    return steps - single > 0, f"{steps - single:.0f} of {steps:.0f} steps ran 2+ sequences"
+
+
 def sanitizer_verdict(output: list[str]) -> tuple[bool, str]:
     """compute-sanitizer's output read whole: clean only with its closing `ERROR SUMMARY: 0
     errors` and no error record; no summary (it never finished) is a failure."""
@@ -122,6 +156,12 @@ def parity(build: Path, prompts: list[list[int]], expected: list[list[int]],
                                        prompts[:width]))
                 for r, want in zip(rs, expected, strict=False):
                     failures += not check_tokens(f"{build.name} {mode} batch {width}", r, want)
+            text = srv.client.get("/metrics").text
+            for what, (ok, detail) in (("graphs", graphs_verdict(text, not extra
+                                                                 and not eager(build))),
+                                       ("overlap", overlap_verdict(text))):
+                print(f"{build.name} {mode} {what}: {'OK ' if ok else 'BAD'} {detail}")
+                failures += not ok
             r = complete(srv.client, prompts[0], 200, ignore_eos=True)
             t = r["timings"]
             print(f"{build.name} {mode}: decode {t['predicted_per_second']:.1f} tok/s, "

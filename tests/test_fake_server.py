@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,47 @@ def test_fake_server_serves_and_exports_metrics(serve: Callable[..., Any]) -> No
     assert set(m) == set(FAMILIES)
     assert _sample(m, "ninfer:request_success_total", finished_reason="length") == 2
     assert _sample(m, "ninfer:generation_tokens_total") == 16
+
+
+def test_cuda_graph_counters_and_overlapping_requests_in_metrics(
+        serve: Callable[..., Any], gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA backend's graph counters reach /metrics (here the fake backend's, from
+    NINFER_FAKE_GRAPHS; absent without a backend that has graphs), and two requests at once
+    show as steps of two sequences (what the GPU check reads to know they overlapped)."""
+    import sys
+
+    from ninfer.runtime.client import parse_metrics
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_check
+
+    srv = serve(gate=gate)
+    body = {"prompt": "hello", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(srv.client.post, "/v1/completions", json=body)
+                   for _ in range(2)]
+        deadline = time.monotonic() + HANG  # both admitted while the first step is held
+        while _sample(_metrics(srv), "ninfer:num_requests_running") + _sample(
+                _metrics(srv), "ninfer:num_requests_waiting") < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        gate.open()
+        for f in futures:
+            assert f.result().status_code == 200, f.result().text
+    text = srv.client.get("/metrics").text
+    assert "cuda_graph" not in text
+    m = parse_metrics(text)
+    assert m.value("ninfer:iteration_sequences_count") > m.value(
+        "ninfer:iteration_sequences_bucket", le="1.0")
+    assert gpu_check.overlap_verdict(text)[0]
+    monkeypatch.setenv("NINFER_FAKE_GRAPHS", "3,41")
+    srv = serve()
+    text = srv.client.get("/metrics").text
+    m = parse_metrics(text)
+    assert m.value("ninfer:cuda_graphs_captured_total") == 3
+    assert m.value("ninfer:cuda_graph_replays_total") == 41
+    assert gpu_check.graphs_verdict(text, graphs=True)[0]
+    assert not gpu_check.graphs_verdict(text, graphs=False)[0]
 
 
 def test_chat_renders_the_compiled_template(serve: Callable[..., Any]) -> None:

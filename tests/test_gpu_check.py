@@ -53,3 +53,35 @@ def test_memcheck_errors_fail():
     assert not ok
     ok, _ = gpu_check.sanitizer_verdict(["========= ERROR SUMMARY: 3 errors"])
     assert not ok
+
+
+def _graph_metrics(captured: int, replays: int) -> str:
+    return ("# TYPE ninfer:cuda_graphs_captured_total counter\n"
+            f"ninfer:cuda_graphs_captured_total {captured}\n"
+            "# TYPE ninfer:cuda_graph_replays_total counter\n"
+            f"ninfer:cuda_graph_replays_total {replays}\n")
+
+
+def test_graph_counters_must_show_replays_with_graphs_on_and_none_off():
+    assert gpu_check.graphs_verdict(_graph_metrics(4, 120), graphs=True)[0]
+    # a capture counter of 0: every step ran eagerly although graphs were on
+    assert not gpu_check.graphs_verdict(_graph_metrics(0, 0), graphs=True)[0]
+    assert not gpu_check.graphs_verdict(_graph_metrics(2, 0), graphs=True)[0]
+    assert gpu_check.graphs_verdict(_graph_metrics(0, 0), graphs=False)[0]
+    assert not gpu_check.graphs_verdict(_graph_metrics(1, 9), graphs=False)[0]
+    ok, why = gpu_check.graphs_verdict("# TYPE x counter\nx 1\n", graphs=True)
+    assert not ok and "no CUDA graph counters" in why
+
+
+def _sequences(single: int, total: int) -> str:
+    return ("# TYPE ninfer:iteration_sequences histogram\n"
+            f'ninfer:iteration_sequences_bucket{{le="1.0"}} {single}\n'
+            f'ninfer:iteration_sequences_bucket{{le="+Inf"}} {total}\n'
+            f"ninfer:iteration_sequences_count {total}\n"
+            f"ninfer:iteration_sequences_sum {total}\n")
+
+
+def test_concurrent_requests_must_have_shared_a_step():
+    assert gpu_check.overlap_verdict(_sequences(30, 41))[0]
+    assert not gpu_check.overlap_verdict(_sequences(41, 41))[0]  # one after the other
+    assert not gpu_check.overlap_verdict("")[0]

@@ -70,6 +70,7 @@ FAMILIES = {  # family name (as prometheus_client reports it) -> type
     "ninfer:request_prefill_time_seconds": "histogram",
     "ninfer:request_decode_time_seconds": "histogram",
     "ninfer:iteration_tokens_total": "histogram",
+    "ninfer:iteration_sequences": "histogram",
 }
 
 

@@ -68,6 +68,14 @@ class StepGraphs {
 // Whether steps are replayed as graphs (then the step program pads rows to buckets).
 bool graphs_enabled();
 
+// This process's CUDA graphs so far, over every StepGraphs: instantiated, and launched
+// (replays). `available` is false where the backend has none (the CPU).
+struct GraphCounts {
+  bool available = false;
+  uint64_t captured = 0, replays = 0;
+};
+GraphCounts graph_counts();
+
 // Prepares the backend before a model is created. CUDA: selects the GPU and refuses
 // one whose compute capability or SM count differs from the compiled target.
 void init(const Options& options);

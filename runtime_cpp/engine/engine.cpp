@@ -354,7 +354,10 @@ void Engine::run_step(StepPlan& plan) {
       ema(prompt_row_ms_, std::max(1e-3, ms - decode_step_ms_) / prompt_rows);
   }
   sched_.commit(plan);
-  if (metrics_) metrics_->observe_step_rows(plan.rows);
+  if (metrics_) {
+    metrics_->observe_step_rows(plan.rows);
+    metrics_->observe_step_sequences(static_cast<int>(plan.chunks.size()));
+  }
   const double now = clock_.now_ms();
   int k = 0;
   for (const Chunk& c : plan.chunks) {

@@ -31,6 +31,7 @@ const std::vector<double> kRequestBuckets = {
     15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 const std::vector<double> kStepBuckets = {1,   8,    16,   32,   64,   128,  256,
                                           512, 1024, 2048, 4096, 8192, 16384};
+const std::vector<double> kSeqBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 
 }  // namespace
 
@@ -100,6 +101,8 @@ Metrics::Metrics() {
             "Histogram of time from the first token to the end in seconds.");
   histogram("ninfer:iteration_tokens_total", kStepBuckets,
             "Histogram of number of tokens per engine step.");
+  histogram("ninfer:iteration_sequences", kSeqBuckets,
+            "Histogram of number of sequences per engine step.");
 }
 
 Metrics::Family& Metrics::family(const std::string& name) {
@@ -172,6 +175,27 @@ void Metrics::observe_queue(double s) { observe("ninfer:request_queue_time_secon
 void Metrics::observe_prefill(double s) { observe("ninfer:request_prefill_time_seconds", s); }
 void Metrics::observe_decode(double s) { observe("ninfer:request_decode_time_seconds", s); }
 void Metrics::observe_step_rows(int rows) { observe("ninfer:iteration_tokens_total", rows); }
+void Metrics::observe_step_sequences(int n) { observe("ninfer:iteration_sequences", n); }
+
+void Metrics::set_cuda_graphs(uint64_t captured, uint64_t replays) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool known = false;
+  for (const Family& f : families_) known = known || f.name == "ninfer:cuda_graphs_captured_total";
+  if (!known) {
+    for (const char* name :
+         {"ninfer:cuda_graphs_captured_total", "ninfer:cuda_graph_replays_total"}) {
+      Family f;
+      f.name = name;
+      f.type = "counter";
+      f.help = std::string(name) == "ninfer:cuda_graphs_captured_total"
+                   ? "CUDA graphs instantiated (one per step shape, from its second run)."
+                   : "Steps launched as CUDA graph replays.";
+      families_.push_back(std::move(f));
+    }
+  }
+  family("ninfer:cuda_graphs_captured_total").values[""] = static_cast<double>(captured);
+  family("ninfer:cuda_graph_replays_total").values[""] = static_cast<double>(replays);
+}
 
 void Metrics::enable_spec(int max_drafts) {
   std::lock_guard<std::mutex> lock(mu_);

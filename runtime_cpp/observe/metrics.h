@@ -59,6 +59,11 @@ class Metrics {
   void observe_prefill(double seconds);
   void observe_decode(double seconds);
   void observe_step_rows(int rows);
+  // Sequences in one step (decode rows and prompt chunks): > 1 when requests overlap.
+  void observe_step_sequences(int n);
+  // CUDA graphs of the process: instantiated and launched (absent from /metrics until set;
+  // the server sets them on a CUDA backend, graphs on or off).
+  void set_cuda_graphs(uint64_t captured, uint64_t replays);
   // Speculative decoding with up to `max_drafts` drafts per proposal: its counters appear.
   void enable_spec(int max_drafts);
   // A verify step of a sequence with drafts (one proposal), then each draft it decided

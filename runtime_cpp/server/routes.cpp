@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "server/anthropic.h"
 #include "server/api.h"
 #include "server/chat_output.h"
@@ -76,6 +77,8 @@ void Routes::health(const httplib::Request&, httplib::Response& res) const {
 }
 
 void Routes::metrics_text(const httplib::Request&, httplib::Response& res) const {
+  const backend::GraphCounts graphs = backend::graph_counts();
+  if (graphs.available) metrics.set_cuda_graphs(graphs.captured, graphs.replays);
   res.status = 200;
   res.set_content(metrics.render(), Metrics::content_type());
 }

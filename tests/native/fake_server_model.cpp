@@ -23,6 +23,7 @@
 // templates (tests/test_chat_parity.py).
 #include <fcntl.h>
 #include <unistd.h>
+#include <cstdio>
 
 #include <algorithm>
 #include <cerrno>
@@ -172,6 +173,15 @@ std::unique_ptr<Model> create_model(const Artifact& artifact) {
 namespace backend {
 void init(const Options&) {}
 std::string describe() { return "fake backend"; }
+// NINFER_FAKE_GRAPHS="CAPTURED,REPLAYS": the counters of a CUDA backend, for the tests of
+// /metrics (no graphs otherwise, as on the CPU).
+GraphCounts graph_counts() {
+  GraphCounts g;
+  unsigned long long captured = 0, replays = 0;
+  const char* v = std::getenv("NINFER_FAKE_GRAPHS");
+  if (v && std::sscanf(v, "%llu,%llu", &captured, &replays) == 2) g = {true, captured, replays};
+  return g;
+}
 }  // namespace backend
 
 }  // namespace ninfer

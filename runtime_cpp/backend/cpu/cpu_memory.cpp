@@ -61,5 +61,6 @@ StepGraphs::~StepGraphs() = default;
 void StepGraphs::run(uint64_t, const std::function<void()>& body) { body(); }
 size_t StepGraphs::captured() const { return 0; }
 bool graphs_enabled() { return false; }
+GraphCounts graph_counts() { return {}; }
 
 }  // namespace ninfer::backend

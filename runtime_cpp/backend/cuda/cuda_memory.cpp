@@ -1,5 +1,6 @@
 // backend/backend.h on CUDA: device memory on one stream; weights are uploaded from the
 // mmapped artifact once; init() refuses a GPU the launch budgets were not proven for.
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <unordered_map>
@@ -64,6 +65,12 @@ void init(const Options& options) {
 
 bool graphs_enabled() { return g_graphs; }
 
+namespace {
+std::atomic<uint64_t> g_captured{0}, g_replays{0};
+}  // namespace
+
+GraphCounts graph_counts() { return {true, g_captured.load(), g_replays.load()}; }
+
 struct StepGraphs::Impl {
   struct Entry {
     int runs = 0;
@@ -117,8 +124,10 @@ void StepGraphs::run(uint64_t key, const std::function<void()>& body) {
       return;
     }
     ++impl_->captured;
+    g_captured.fetch_add(1);
   }
   cuda::check(cudaGraphLaunch(e.exec, cuda::stream()), "cudaGraphLaunch");
+  g_replays.fetch_add(1);
 }
 
 std::string describe() {
