@@ -19,7 +19,7 @@ root=build/gpu-check
 case "${1:-}" in
   prepare)
     target=${2:-h200}
-    rm -rf "$root" && mkdir -p "$root/lib"
+    rm -rf "$root" && mkdir -p "$root"
     PYTHONPATH=tests:benchmarks .venv/bin/python - "$target" "$root" <<'PY'
 import json, shutil, subprocess, sys
 from pathlib import Path
@@ -123,15 +123,6 @@ shutil.copy(ckpt / "config.json", root / "bench-config.json")
 PY
     nvcc -O2 -arch="$(.venv/bin/python -c "from ninfer.targets import load_target as t; print(t('$target').arch)")" \
       -o "$root/membench" benchmarks/gpu_membench.cu
-    # Debian ships cpp-httplib only as a shared library: carry it beside the servers, with
-    # the libraries it pulls in that a CUDA image may lack (TLS, zlib, brotli); the C and
-    # C++ runtimes stay the machine's (newer there than the Debian 12 they were built on).
-    for lib in $(ldd "$root/qwen3-tiny-$target-coop/ninfer-server" | awk '/=> \//{print $3}'); do
-      case "$(basename "$lib")" in
-        libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|ld-linux*) ;;
-        *) cp -L "$lib" "$root/lib/" ;;
-      esac
-    done
     # One compressed file to carry (the servers are most of it): build/gpu-check.tar.gz.
     tar -czf "$root.tar.gz" -C "$(dirname "$root")" "$(basename "$root")"
     du -sh "$root" "$root.tar.gz"
@@ -140,7 +131,6 @@ PY
     if [ ! -d "$root" ]; then
       tar -xzf "$root.tar.gz" -C "$(dirname "$root")"
     fi
-    export LD_LIBRARY_PATH="$PWD/$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
     "$root/membench" || true
     # `run bench`: the speed of the bench builds alone.

@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(libcpp-httplib-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev pybind11-dev
-      pkg-config ccache g++ python3-venv patch)
+DEBS=(nlohmann-json3-dev libpcre2-dev libxxhash-dev pybind11-dev
+      pkg-config ccache g++ python3-venv patch dpkg-dev)
 missing=()
 for p in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -54,4 +54,27 @@ if [ "$(cat "$xg_dir/.ninfer-prepared" 2>/dev/null)" != "$xg_stamp" ]; then
   tar -xzf "$sdist" -C build/third_party
   for p in "${xg_patches[@]}"; do patch -s -d "$xg_dir" -p1 < "$p"; done
   echo "$xg_stamp" > "$xg_dir/.ninfer-prepared"
+fi
+
+# cpp-httplib, header-only without TLS or compression (the server then needs no shared
+# library but glibc's; Debian ships it only as a shared library with OpenSSL, zlib and
+# brotli): the single httplib.h of Debian bookworm's source package, its patches applied,
+# fetched through a private deb-src list (the machine's apt sources are left alone).
+hl_dir=build/third_party/cpp-httplib
+if [ ! -s "$hl_dir/httplib.h" ]; then
+  echo "setup: fetching cpp-httplib's source package (bookworm)"
+  apt_dir=$(mktemp -d)
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+  echo "deb-src http://deb.debian.org/debian bookworm main" > "$apt_dir/sources.list"
+  apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
+            -o APT::Sandbox::User="$(id -un)")
+  apt-get "${apt_opts[@]}" update -qq
+  (cd "$apt_dir" && apt-get "${apt_opts[@]}" source -qq --download-only cpp-httplib >/dev/null)
+  (cd "$apt_dir" && dpkg-source -x -q cpp-httplib_*.dsc src >/dev/null 2>&1)
+  rm -rf "$hl_dir"
+  mkdir -p "$hl_dir"
+  cp "$apt_dir/src/httplib.h" "$apt_dir/src/LICENSE" "$hl_dir/"
+  grep -m1 'define CPPHTTPLIB_VERSION' "$hl_dir/httplib.h"
+  rm -rf "$apt_dir"
 fi

@@ -256,6 +256,36 @@ def _sources_digest() -> str:
     return _SOURCES[0]
 
 
+# The oldest glibc ninfer-server runs on (README, "Standalone"): Ubuntu 22.04's.
+GLIBC_FLOOR = (2, 35)
+GLIBC_LIBS = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+              "ld-linux-x86-64.so.2"}
+
+
+def glibc_needs(binary: Path) -> tuple[list[str], tuple[int, int]]:
+    """(the ELF NEEDED entries, the highest GLIBC_x.y symbol version) of `binary`; asserts
+    that every entry is one of glibc's libraries and the version is at most GLIBC_FLOOR."""
+    import re
+    import subprocess
+
+    dyn = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True,
+                         check=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn)
+    others = [n for n in needed if n not in GLIBC_LIBS]
+    assert not others, f"{binary} needs libraries beyond glibc's: {others}"
+    syms = subprocess.run(["objdump", "-T", str(binary)], capture_output=True, text=True,
+                          check=True).stdout
+    versions = {tuple(int(x) for x in v.split(".")[:2])
+                for v in re.findall(r"GLIBC_(\d+\.\d+)", syms)}
+    highest = max(versions)
+    newer = sorted({line.split()[-1] for line in syms.splitlines()
+                    if (m := re.search(r"GLIBC_(\d+)\.(\d+)", line))
+                    and (int(m.group(1)), int(m.group(2))) > GLIBC_FLOOR})
+    assert highest <= GLIBC_FLOOR, (f"{binary} needs glibc {highest[0]}.{highest[1]}, above the "
+                                    f"floor {GLIBC_FLOOR[0]}.{GLIBC_FLOOR[1]}: {newer}")
+    return needed, highest
+
+
 def compile_once(opts: Any) -> None:
     """compile_model(opts), unless opts.out_dir already holds the build of these options,
     checkpoint and sources (made by another worker of this run, or an earlier run)."""

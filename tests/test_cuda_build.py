@@ -123,6 +123,16 @@ def test_device_code_is_built_for_the_target_arch(gpu_build):
         f"no PTX for {arch} embedded in {result.server}")
 
 
+def test_cuda_server_needs_only_glibc_up_to_its_floor(gpu_build):
+    """A CUDA server too: glibc's libraries only (cudart is static and loads the driver at
+    run time), no symbol above the floor."""
+    from conftest import glibc_needs
+
+    _, result = gpu_build
+    needed, _ = glibc_needs(result.server)
+    assert "libcuda.so.1" not in needed
+
+
 def test_cuda_runtime_is_linked_statically(gpu_build):
     _, result = gpu_build
     out = subprocess.run(["ldd", str(result.server)], capture_output=True, text=True).stdout

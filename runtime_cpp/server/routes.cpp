@@ -18,6 +18,7 @@
 #include "server/chat_output.h"
 #include "server/client_watch.h"
 #include "server/logprobs_json.h"
+#include "server/random_id.h"
 #include "server/structured_output.h"
 
 namespace ninfer {
@@ -316,7 +317,7 @@ void Routes::run(const httplib::Request& req, httplib::Response& res, Completion
                    "invalid_request_error", "min_tokens");
   g.sampling = r.sampling;
   // Choice i samples with seed + i (engine/request.h).
-  g.seed = r.seed ? *r.seed : std::random_device{}();
+  g.seed = r.seed ? *r.seed : static_cast<uint32_t>(os_random());
   g.stop = r.stop;
   g.ignore_eos = r.ignore_eos;
   g.n = r.n;
