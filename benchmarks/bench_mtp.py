@@ -29,8 +29,6 @@ import argparse
 import copy
 import hashlib
 import inspect
-import json
-import shutil
 import statistics
 import time
 from pathlib import Path
@@ -87,11 +85,9 @@ def train_model(directory: Path, examples: int, steps: int, mtp_weight: float) -
     stamp = {"examples": examples, "steps": steps, "mtp_weight": mtp_weight, "seed": SEED,
              "torch": torch.__version__, "transformers": transformers.__version__,
              "source": hashlib.sha256(source.encode()).hexdigest()}
-    if (directory / "stamp.json").exists() and json.loads(
-            (directory / "stamp.json").read_text()) == stamp:
+    tmp = bench_spec.unless_cached(directory, stamp)
+    if tmp is None:
         return directory
-    tmp = directory.with_name(directory.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     facts = write_tokenizer_files(tmp, "qwen")
     vocab = (facts["vocab_size"] + 63) // 64 * 64
     cfg = _config(vocab, facts)
@@ -166,10 +162,7 @@ def train_model(directory: Path, examples: int, steps: int, mtp_weight: float) -
               "mtp.pre_fc_norm_hidden.weight": norm_h.weight}
     save_file({**tensors, **{k: v.detach().contiguous() for k, v in extra.items()}}, path,
               metadata={"format": "pt"})
-    (tmp / "stamp.json").write_text(json.dumps(stamp))
-    shutil.rmtree(directory, ignore_errors=True)
-    tmp.rename(directory)
-    return directory
+    return bench_spec.seal(tmp, directory, stamp)
 
 
 def main() -> None:

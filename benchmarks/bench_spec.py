@@ -131,11 +131,9 @@ def build_model(directory: Path, examples: int, epochs: int) -> Path:
                                                       demo_tokenizer))
     stamp = {"examples": examples, "epochs": epochs, "seed": TRAIN_SEED,
              "source": hashlib.sha256(source.encode()).hexdigest()}
-    if (directory / "stamp.json").exists() and json.loads(
-            (directory / "stamp.json").read_text()) == stamp:
+    tmp = unless_cached(directory, stamp)
+    if tmp is None:
         return directory
-    tmp = directory.with_name(directory.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     facts = write_tokenizer_files(tmp, "qwen")
     vocab = (facts["vocab_size"] + 63) // 64 * 64
     cfg = {**DEMO_CONFIG, "vocab_size": vocab, "bos_token_id": facts["bos_token_id"],
@@ -154,6 +152,21 @@ def build_model(directory: Path, examples: int, epochs: int) -> Path:
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
     (tmp / "generation_config.json").write_text(json.dumps(
         {"eos_token_id": facts["eos_token_id"]}, indent=2))
+    return seal(tmp, directory, stamp)
+
+
+def unless_cached(directory: Path, stamp: dict[str, Any]) -> Path | None:
+    """None when `directory` holds what `stamp` describes; else an empty directory beside
+    it to build into, which seal() then puts in its place."""
+    if (directory / "stamp.json").exists() and json.loads(
+            (directory / "stamp.json").read_text()) == stamp:
+        return None
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return tmp
+
+
+def seal(tmp: Path, directory: Path, stamp: dict[str, Any]) -> Path:
     (tmp / "stamp.json").write_text(json.dumps(stamp))
     shutil.rmtree(directory, ignore_errors=True)
     tmp.rename(directory)

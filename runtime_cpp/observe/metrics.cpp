@@ -139,23 +139,27 @@ void Metrics::set_kv_blocks(int used, int total) {
   family("ninfer:kv_cache_usage_perc").values[""] = total > 0 ? double(used) / total : 0.0;
 }
 
+// The family `name` (appended on first use: families that only some models or backends
+// have stay out of /metrics until then). Called with mu_ held.
+Metrics::Family& Metrics::lazy(const char* name, const char* type, const char* help) {
+  for (Family& f : families_)
+    if (f.name == name) return f;
+  Family f;
+  f.name = name;
+  f.type = type;
+  f.help = help;
+  families_.push_back(std::move(f));
+  return families_.back();
+}
+
 void Metrics::set_state_slots(int used, int total) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const char* name : {"ninfer:state_slots_used", "ninfer:state_slots_total"}) {
-    bool known = false;
-    for (const Family& f : families_) known = known || f.name == name;
-    if (!known) {
-      Family f;
-      f.name = name;
-      f.type = "gauge";
-      f.help = std::string(name) == "ninfer:state_slots_used"
-                   ? "Recurrent-state slots (Gated DeltaNet conv and SSM state) in use."
-                   : "Recurrent-state slots of the compiled model (one per sequence slot).";
-      families_.push_back(std::move(f));
-    }
-  }
-  family("ninfer:state_slots_used").values[""] = used;
-  family("ninfer:state_slots_total").values[""] = total;
+  lazy("ninfer:state_slots_used", "gauge",
+       "Recurrent-state slots (Gated DeltaNet conv and SSM state) in use.")
+      .values[""] = used;
+  lazy("ninfer:state_slots_total", "gauge",
+       "Recurrent-state slots of the compiled model (one per sequence slot).")
+      .values[""] = total;
 }
 
 void Metrics::add_prompt_tokens(int n) { add("ninfer:prompt_tokens_total", "", n); }
@@ -179,22 +183,11 @@ void Metrics::observe_step_sequences(int n) { observe("ninfer:iteration_sequence
 
 void Metrics::set_cuda_graphs(uint64_t captured, uint64_t replays) {
   std::lock_guard<std::mutex> lock(mu_);
-  bool known = false;
-  for (const Family& f : families_) known = known || f.name == "ninfer:cuda_graphs_captured_total";
-  if (!known) {
-    for (const char* name :
-         {"ninfer:cuda_graphs_captured_total", "ninfer:cuda_graph_replays_total"}) {
-      Family f;
-      f.name = name;
-      f.type = "counter";
-      f.help = std::string(name) == "ninfer:cuda_graphs_captured_total"
-                   ? "CUDA graphs instantiated (one per step shape, from its second run)."
-                   : "Steps launched as CUDA graph replays.";
-      families_.push_back(std::move(f));
-    }
-  }
-  family("ninfer:cuda_graphs_captured_total").values[""] = static_cast<double>(captured);
-  family("ninfer:cuda_graph_replays_total").values[""] = static_cast<double>(replays);
+  lazy("ninfer:cuda_graphs_captured_total", "counter",
+       "CUDA graphs instantiated (one per step shape, from its second run).")
+      .values[""] = static_cast<double>(captured);
+  lazy("ninfer:cuda_graph_replays_total", "counter", "Steps launched as CUDA graph replays.")
+      .values[""] = static_cast<double>(replays);
 }
 
 void Metrics::enable_spec(int max_drafts) {

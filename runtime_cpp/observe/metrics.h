@@ -90,6 +90,7 @@ class Metrics {
     Histogram hist;
   };
   Family& family(const std::string& name);
+  Family& lazy(const char* name, const char* type, const char* help);
   void add(const std::string& name, const std::string& label_value, double v);
   void set(const std::string& name, double v);
   void observe(const std::string& name, double v);

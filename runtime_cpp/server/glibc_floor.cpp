@@ -3,17 +3,8 @@
 // std::random_device's entropy from arc4random, a glibc 2.36 symbol (cpp-httplib's header
 // constructs a random_device). This definition, from the kernel's pool as glibc's own is,
 // keeps the server from needing a newer glibc than the floor.
-#include <sys/random.h>
-
-#include <cstddef>
 #include <cstdint>
 
-extern "C" uint32_t arc4random(void) noexcept {
-  uint32_t v = 0;
-  size_t got = 0;
-  while (got < sizeof v) {
-    const ssize_t n = getrandom(reinterpret_cast<char*>(&v) + got, sizeof v - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  return v;
-}
+#include "server/random_id.h"
+
+extern "C" uint32_t arc4random(void) noexcept { return static_cast<uint32_t>(ninfer::os_random()); }

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ninfer.runtime.tolerance import parse_format
+
 TEXT_SEED = 7  # fixed text set: paragraphs of the demo corpus generator with this seed
 
 
@@ -52,18 +54,6 @@ def text_tokens(checkpoint: Path, tokens: int) -> list[list[int]]:
             break
     seq = 128
     return [ids[i:i + seq] for i in range(0, min(tokens, len(ids)) - 1, seq)]
-
-
-def parse_format(fmt: str) -> tuple[str, str]:
-    """'q4g64+kv:int4' -> ('q4g64', 'int4'); 'kv:fp8' -> ('f32', 'fp8'); 'q8g32' ->
-    ('q8g32', 'f32')."""
-    weights, kv = "f32", "f32"
-    for part in fmt.split("+"):
-        if part.startswith("kv:"):
-            kv = part[3:]
-        elif part:
-            weights = part
-    return weights, kv
 
 
 def build(checkpoint: Path, fmt: str, out_root: Path, model_id: str) -> Path:

@@ -42,7 +42,7 @@ import numpy as np
 
 from ninfer.artifact_format import read_manifest
 from ninfer.runtime.server import Server, ServerError
-from ninfer.runtime.tolerance import Bound, bound
+from ninfer.runtime.tolerance import Bound, bound, parse_format
 
 TOP = 5  # alternatives per position the server lists
 # Between two runs of the same build (concurrency, graphs, drafts): float32 in another
@@ -261,12 +261,7 @@ def parse_tolerance(value: str) -> Bound:
         parts = []
     if parts and len(parts) <= 2:
         return Bound(parts[0], parts[1] if len(parts) > 1 else 0.0)
-    weights, kv = "f32", "f32"
-    for part in value.split("+"):
-        if part.startswith("kv:"):
-            kv = part[3:]
-        elif part:
-            weights = part
+    weights, kv = parse_format(value)
     try:
         return bound([weights], kv)
     except ValueError as e:

@@ -47,6 +47,19 @@ KV_BOUNDS = {"f32": Bound(0.0, 1.0), "f16": Bound(1e-5, 0.0), "bf16": Bound(1e-4
              "fp8": Bound(1e-2, 0.0), "int8": Bound(1e-3, 0.0), "int4": Bound(0.1, 0.0)}
 
 
+def parse_format(fmt: str) -> tuple[str, str]:
+    """'q4g64+kv:int4' -> ('q4g64', 'int4'); 'kv:fp8' -> ('f32', 'fp8'); 'q8g32' ->
+    ('q8g32', 'f32') (the format names of `ninfer-bench accuracy` and `ninfer-check
+    --tolerance`)."""
+    weights, kv = "f32", "f32"
+    for part in fmt.split("+"):
+        if part.startswith("kv:"):
+            kv = part[3:]
+        elif part:
+            weights = part
+    return weights, kv
+
+
 def bound(weight_formats: list[str] | tuple[str, ...], kv_dtype: str) -> Bound:
     """The bound of a build whose matmuls store `weight_formats` (the loosest counts) and
     whose KV cache is `kv_dtype`."""
