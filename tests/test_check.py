@@ -137,3 +137,44 @@ def test_verdicts_on_made_up_runs():
     assert parse_tolerance("0.25") == Bound(0.25, 0.0)
     assert parse_tolerance("0.25,0.9") == Bound(0.25, 0.9)
     assert parse_tolerance("q4g64+kv:int4") == bound(["q4g64"], "int4")
+
+
+@pytest.mark.parametrize("name", ["qwen3-tiny", "llama-tiny", "qwen2-tiny"])
+def test_float64_reference_is_transformers_in_float64(name):
+    """The numpy reference (for machines without torch): the log-probabilities of
+    transformers' model run in float64, for Qwen3 (q/k norms), Llama (bf16, tied, llama3
+    rope scaling) and Qwen2 (f16, tied, q/k/v biases)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from conftest import checkpoint
+    from ninfer.runtime.float64_reference import Float64Reference
+
+    ckpt, _ = checkpoint(name)
+    ref = Float64Reference(ckpt)
+    hf = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float64).eval()
+    ids = np.random.default_rng(3).integers(0, 1000, 40).tolist()
+    with torch.no_grad():
+        want = torch.log_softmax(hf(torch.tensor([ids])).logits[0, 9:-1], -1).numpy()
+    got = ref.logprobs(ids, 10)
+    assert got.shape == want.shape
+    # transformers computes its rotary frequencies in float32 whatever the model's dtype:
+    # ~1e-6 apart; a wrong norm, bias or scaling is orders of magnitude more
+    assert np.abs(got - want).max() < 1e-5
+
+
+def test_check_with_the_float64_reference(qwen3_model: CompiledModel):
+    report = check(qwen3_model.out_dir, qwen3_model.checkpoint, tokens=12, threads=2,
+                   reference_impl="float64")
+    assert report.ok, report.rows
+
+
+@pytest.mark.unit
+def test_float64_reference_refuses_what_it_does_not_compute(tmp_path: Path):
+    from ninfer.runtime.check import CheckError, make_reference
+
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5ForCausalLM"]}))
+    with pytest.raises(CheckError, match="float64 reference covers LlamaForCausalLM"):
+        make_reference(tmp_path, "float64")
+    with pytest.raises(CheckError, match="one of auto, transformers, float64"):
+        make_reference(tmp_path, "numpy")

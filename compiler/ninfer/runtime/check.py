@@ -7,8 +7,10 @@ FILE` adds one per line), each for `--tokens` greedy tokens with the five most l
 alternatives' log-probabilities (as token ids: return_tokens_as_token_ids). Then:
 
 - **reference**: the checkpoint's model (transformers, float32, on the GPU when torch has
-  one) reads each prompt and the server's tokens in one forward pass, and at every position
-  the server's listed log-probabilities are compared with its distribution: the mean KL
+  one; without torch and transformers the float64 numpy reference of dense Llama / Qwen2 /
+  Qwen3 checkpoints, ninfer.runtime.float64_reference) reads each prompt and the server's
+  tokens in one forward pass, and at every position the server's listed
+  log-probabilities are compared with its distribution: the mean KL
   (over the five tokens and the rest) must be within the bound the artifact's formats
   promise and the server's token must be the reference's argmax at least as often as they
   promise (its manifest's "check" section, ninfer.runtime.tolerance; `--tolerance` gives
@@ -25,8 +27,8 @@ alternatives' log-probabilities (as token ids: return_tokens_as_token_ids). Then
 
 The first divergence is reported with the prompt, the position, both tokens and both top-5
 lists. Exit status 0 when every check passes, 1 when one fails, 2 when the check could not
-run. Needs the runtime's dependencies and, for the reference, torch and transformers; it
-imports no TVM.
+run. Needs the runtime's dependencies (and torch and transformers for the hybrids'
+reference); it imports no TVM.
 """
 
 from __future__ import annotations
@@ -228,6 +230,25 @@ class TransformersReference:
         return (x - torch.logsumexp(x, dim=-1, keepdim=True)).cpu().numpy()
 
 
+def make_reference(checkpoint: Path, impl: str = "auto") -> Any:
+    """`impl`: "transformers", "float64" (ninfer.runtime.float64_reference: dense models,
+    numpy only), or "auto": transformers where torch and transformers import, else float64."""
+    from ninfer.runtime.float64_reference import Float64Reference, ReferenceError
+
+    if impl not in ("auto", "transformers", "float64"):
+        raise CheckError(f"reference {impl!r}: one of auto, transformers, float64")
+    if impl != "float64":
+        try:
+            return TransformersReference(checkpoint)
+        except CheckError as e:
+            if impl == "transformers" or "needs torch and transformers" not in str(e):
+                raise
+    try:
+        return Float64Reference(checkpoint)
+    except (ReferenceError, OSError, KeyError) as e:
+        raise CheckError(f"no reference for {checkpoint}: {e}") from e
+
+
 def default_prompts(checkpoint: Path, limits: dict[str, Any], tokens: int,
                     extra: Sequence[str] = ()) -> list[list[int]]:
     """The fixed prompts (and `extra` texts) tokenized with the checkpoint's tokenizer, and
@@ -299,7 +320,7 @@ def _serve(build: Path, args: tuple[str, ...], threads: int | None,
 def check(build: Path, reference: Path, *, tokens: int = 24, prompts_file: Path | None = None,
           tolerance: Bound | None = None, threads: int | None = None,
           server_args: tuple[str, ...] = (), soak: int = 0, concurrency: int | None = None,
-          log: Callable[[str], None] = lambda s: None) -> Report:
+          reference_impl: str = "auto", log: Callable[[str], None] = lambda s: None) -> Report:
     """Run every check on the build in `build` against the checkpoint in `reference`;
     `soak` > 0: then `soak` mixed requests with `concurrency` (default: the build's) in
     flight, as `ninfer-bench soak` sends them."""
@@ -319,7 +340,7 @@ def check(build: Path, reference: Path, *, tokens: int = 24, prompts_file: Path 
     report = Report(build, tolerance)
     extra = prompts_file.read_text().splitlines() if prompts_file else []
     prompts = default_prompts(reference, limits, tokens, [e for e in extra if e.strip()])
-    ref = TransformersReference(reference)
+    ref = make_reference(reference, reference_impl)
     log(f"{len(prompts)} prompts x {tokens} tokens; reference: {ref.name}; bound: mean KL "
         f"{tolerance.mean_kl:g}, top-1 agreement {tolerance.top1:g}")
     widths = [1] + [w for w in (2, 4, 8, 16, 32, 64) if w < limits["max_concurrency"]]
@@ -419,6 +440,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     @click.option("--tolerance", help="a format's bound (f32, q8g32, kv:int4, "
                   "q4g64+kv:int4), or MEAN_KL[,TOP1]; default: what the artifact's formats "
                   "promise")
+    @click.option("--reference-impl", type=click.Choice(["auto", "transformers", "float64"]),
+                  default="auto", show_default=True,
+                  help="the reference model: transformers (float32), the float64 numpy "
+                  "reference of dense Llama/Qwen2/Qwen3 checkpoints, or auto (transformers "
+                  "where it imports)")
     @click.option("--threads", type=int, help="the server's --threads (CPU builds)")
     @click.option("--server-arg", "server_args", multiple=True,
                   help="an argument for ninfer-server (repeat for each)")
@@ -429,14 +455,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     @click.option("--concurrency", type=click.IntRange(1),
                   help="requests in flight in the soak (default: the build's concurrency)")
     def command(build: Path, reference: Path, tokens: int, prompts_file: Path | None,
-                tolerance: str | None, threads: int | None, server_args: tuple[str, ...],
-                soak: int, concurrency: int | None) -> None:
+                tolerance: str | None, reference_impl: str, threads: int | None,
+                server_args: tuple[str, ...], soak: int, concurrency: int | None) -> None:
         console = Console()
         try:
             tol = parse_tolerance(tolerance) if tolerance is not None else None
             report = check(build, reference, tokens=tokens, prompts_file=prompts_file,
                            tolerance=tol, threads=threads, server_args=server_args,
-                           soak=soak, concurrency=concurrency,
+                           soak=soak, concurrency=concurrency, reference_impl=reference_impl,
                            log=lambda s: console.print(f"[dim]{s}[/dim]"))
         except (CheckError, ServerError, OSError, BenchError) as e:  # could not run
             console.print(f"[red]ninfer-check could not run:[/red] {e}")
