@@ -7,8 +7,8 @@ FILE` adds one per line), each for `--tokens` greedy tokens with the five most l
 alternatives' log-probabilities (as token ids: return_tokens_as_token_ids). Then:
 
 - **reference**: the checkpoint's model (transformers, float32, on the GPU when torch has
-  one; without torch and transformers the float64 numpy reference of dense Llama / Qwen2 /
-  Qwen3 checkpoints, ninfer.runtime.float64_reference) reads each prompt and the server's
+  one; without torch and transformers the float64 numpy reference of the dense and hybrid
+  architectures, ninfer.runtime.float64_reference) reads each prompt and the server's
   tokens in one forward pass, and at every position the server's listed
   log-probabilities are compared with its distribution: the mean KL
   (over the five tokens and the rest) must be within the bound the artifact's formats
@@ -27,8 +27,7 @@ alternatives' log-probabilities (as token ids: return_tokens_as_token_ids). Then
 
 The first divergence is reported with the prompt, the position, both tokens and both top-5
 lists. Exit status 0 when every check passes, 1 when one fails, 2 when the check could not
-run. Needs the runtime's dependencies (and torch and transformers for the hybrids'
-reference); it imports no TVM.
+run. Needs the runtime's dependencies; it imports no TVM.
 """
 
 from __future__ import annotations
@@ -231,9 +230,9 @@ class TransformersReference:
 
 
 def make_reference(checkpoint: Path, impl: str = "auto") -> Any:
-    """`impl`: "transformers", "float64" (ninfer.runtime.float64_reference: dense models,
-    numpy only), or "auto": transformers where torch and transformers import, else float64."""
-    from ninfer.runtime.float64_reference import Float64Reference, ReferenceError
+    """`impl`: "transformers", "float64" (ninfer.runtime.float64_reference, numpy only), or
+    "auto": transformers where torch and transformers import, else float64."""
+    from ninfer.runtime.float64_reference import ReferenceError, float64_reference
 
     if impl not in ("auto", "transformers", "float64"):
         raise CheckError(f"reference {impl!r}: one of auto, transformers, float64")
@@ -244,7 +243,7 @@ def make_reference(checkpoint: Path, impl: str = "auto") -> Any:
             if impl == "transformers" or "needs torch and transformers" not in str(e):
                 raise
     try:
-        return Float64Reference(checkpoint)
+        return float64_reference(checkpoint)
     except (ReferenceError, OSError, KeyError) as e:
         raise CheckError(f"no reference for {checkpoint}: {e}") from e
 
@@ -443,8 +442,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     @click.option("--reference-impl", type=click.Choice(["auto", "transformers", "float64"]),
                   default="auto", show_default=True,
                   help="the reference model: transformers (float32), the float64 numpy "
-                  "reference of dense Llama/Qwen2/Qwen3 checkpoints, or auto (transformers "
-                  "where it imports)")
+                  "reference (dense and hybrid architectures), or auto (transformers where "
+                  "it imports)")
     @click.option("--threads", type=int, help="the server's --threads (CPU builds)")
     @click.option("--server-arg", "server_args", multiple=True,
                   help="an argument for ninfer-server (repeat for each)")

@@ -1,12 +1,14 @@
 """The float64 reference `ninfer-check` uses where torch and transformers are not installed
-(a serving machine often has neither): the dense Llama / Mistral / Qwen2 / Qwen3 decoder in
-numpy, read straight from the checkpoint's safetensors (bf16 included), computing what
-transformers' modelling code does in float64.
+(a serving machine often has neither): the model in numpy, read straight from the
+checkpoint's safetensors (bf16 included), computing what transformers' modelling code
+does, in float64.
 
-Covered: GQA attention with q/k/v biases (Qwen2) and per-head q/k RMSNorm (Qwen3), rotary
-embeddings with `default`, `linear` and `llama3` scaling, SiLU-gated MLPs, tied or separate
-LM heads. Anything else (the hybrids, sliding windows, other rope scalings) is refused with
-the reason: their reference is transformers.
+Dense Llama / Mistral / Qwen2 / Qwen3: GQA attention with q/k/v biases (Qwen2) and
+per-head q/k RMSNorm (Qwen3), rotary embeddings with `default`, `linear` and `llama3`
+scaling, SiLU-gated MLPs, tied or separate LM heads. The hybrids (Qwen3.5 dense and MoE,
+the multimodal Qwen3.5's text model, Qwen3-Next): kernels.gdn_reference's float64 model
+(Gated DeltaNet and gated attention layers, sparse MoE blocks). Anything else (sliding
+windows, other rope scalings) is refused with the reason: its reference is transformers.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import numpy as np
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                  "Qwen3ForCausalLM")
+HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
+                        "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+                        "Qwen3NextForCausalLM")
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 
 
@@ -30,7 +35,8 @@ class ReferenceError(ValueError):
 
 def read_safetensors(checkpoint: Path) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint (one file or an index of shards) as float64; bf16 is
-    widened from its bits. Tensors under `model.` lose that prefix."""
+    widened from its bits. Tensors under `model.` (and a multimodal model's
+    `model.language_model.`) lose that prefix."""
     index = checkpoint / "model.safetensors.index.json"
     files = (sorted(set(json.loads(index.read_text())["weight_map"].values()))
              if index.exists() else ["model.safetensors"])
@@ -49,7 +55,8 @@ def read_safetensors(checkpoint: Path) -> dict[str, np.ndarray]:
             raw = np.frombuffer(data[base + lo:base + hi], dtype=_DTYPES[entry["dtype"]])
             if entry["dtype"] == "BF16":
                 raw = (raw.astype(np.uint32) << 16).view(np.float32)
-            out[key.removeprefix("model.")] = raw.astype(np.float64).reshape(entry["shape"])
+            key = key.removeprefix("model.").removeprefix("language_model.")
+            out[key] = raw.astype(np.float64).reshape(entry["shape"])
     return out
 
 
@@ -79,6 +86,35 @@ def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+class HybridFloat64Reference:
+    """Log-probabilities of a hybrid checkpoint's text model (kernels.gdn_reference)."""
+
+    def __init__(self, checkpoint: Path, cfg: dict[str, Any]) -> None:
+        self.cfg = {**cfg, **cfg.get("text_config", {})}
+        self.w = read_safetensors(checkpoint)
+        self.name = f"float64 numpy {cfg['architectures'][0]} (kernels.gdn_reference)"
+
+    def logprobs(self, ids: Sequence[int], start: int) -> np.ndarray:
+        from ninfer.kernels.gdn_reference import hybrid_logits
+
+        x = hybrid_logits(self.cfg, self.w, np.asarray(ids))
+        return _log_softmax(x[start - 1:len(ids) - 1])
+
+
+def float64_reference(checkpoint: Path) -> Float64Reference | HybridFloat64Reference:
+    """The float64 reference of the checkpoint's architecture, or ReferenceError."""
+    cfg = json.loads((checkpoint / "config.json").read_text())
+    arch = (cfg.get("architectures") or ["?"])[0]
+    if arch in HYBRID_ARCHITECTURES:
+        return HybridFloat64Reference(checkpoint, cfg)
+    return Float64Reference(checkpoint)
+
+
 class Float64Reference:
     """Log-probabilities of a dense checkpoint's model, in float64 numpy."""
 
@@ -87,8 +123,8 @@ class Float64Reference:
         arch = (cfg.get("architectures") or ["?"])[0]
         if arch not in ARCHITECTURES:
             raise ReferenceError(f"{arch}: the float64 reference covers "
-                                 f"{', '.join(ARCHITECTURES)}; install torch and "
-                                 "transformers for this model's reference")
+                                 f"{', '.join(ARCHITECTURES + HYBRID_ARCHITECTURES)}; "
+                                 "install torch and transformers for this model's reference")
         if cfg.get("use_sliding_window") or (arch == "MistralForCausalLM"
                                              and cfg.get("sliding_window")):
             raise ReferenceError("sliding-window attention: not in the float64 reference")
@@ -149,6 +185,4 @@ class Float64Reference:
 
     def logprobs(self, ids: Sequence[int], start: int) -> np.ndarray:
         """Log-probabilities predicting ids[start:], each having read the ids before it."""
-        x = self.logits(ids)[start - 1:len(ids) - 1]
-        m = x.max(-1, keepdims=True)
-        return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+        return _log_softmax(self.logits(ids)[start - 1:len(ids) - 1])
