@@ -67,6 +67,18 @@ def test_serves_from_a_root_holding_only_glibc(qwen3_model, tmp_path):
         assert r.json()["usage"]["completion_tokens"] == 4
 
 
+@pytest.mark.unit
+def test_client_watch_finds_the_socket_with_and_without_proc():
+    """A client that leaves while its request waits or prefills is noticed by finding its
+    socket among the server's descriptors: through /proc/self/fd, or, where there is no
+    /proc (the chroot above, a minimal container), by trying every descriptor number."""
+    import native_build
+
+    binary = native_build.build("test_client_watch") / "test_client_watch"
+    r = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "client watch ok" in r.stdout, r.stdout + r.stderr
+
+
 def test_refuses_truncated_artifact(qwen3_model, tmp_path):
     bad = tmp_path / "model.ninfer"
     data = (qwen3_model.out_dir / "model.ninfer").read_bytes()

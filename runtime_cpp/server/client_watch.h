@@ -23,9 +23,11 @@ struct HasIsConnectionClosed<R, std::void_t<decltype(std::declval<R&>().is_conne
     : std::true_type {};
 
 // The socket of the connection from remote_addr:remote_port to local_addr:local_port
-// among this process's descriptors, or -1.
+// among this process's descriptors (listed by `fd_dir`; without it, every descriptor
+// number is tried), or -1.
 int find_connection_socket(const std::string& remote_addr, int remote_port,
-                           const std::string& local_addr, int local_port);
+                           const std::string& local_addr, int local_port,
+                           const char* fd_dir = "/proc/self/fd");
 // True when the peer closed (or reset) the connection; data waiting to be read (a
 // pipelined request) counts as alive.
 bool socket_closed(int fd);
