@@ -9,6 +9,8 @@
 #                                              # speculation, with MTP drafts; Qwen3-Next
 #                                              # MoE) and a
 #                                              # 0.6B-shaped bench model (no artifact)
+#   bash scripts/gpu_check.sh prepare-tier     # here: the pytest gpu tier's builds
+#   bash scripts/gpu_check.sh run-tier         # there: pytest -m gpu on them (no TVM)
 #   bash scripts/gpu_check.sh run [bench]      # there: parity with transformers (graphs
 #                                              # on/off, 1/2/4 streams), memcheck, speed
 # `prepare` leaves everything `run` needs in build/gpu-check.tar.gz (carry that file; it
@@ -127,6 +129,56 @@ PY
     tar -czf "$root.tar.gz" -C "$(dirname "$root")" "$(basename "$root")"
     du -sh "$root" "$root.tar.gz"
     ;;
+  prepare-tier)
+    # The pytest gpu tier (tests/test_gpu.py) for a GPU machine without TVM: its builds and
+    # the CPU builds and checkpoints it reads, made here, in build/gpu-tier.tar.gz (carry
+    # it; `run-tier` there unpacks it into build/test-models and runs the tier with
+    # NINFER_TEST_PREBUILT=1, which takes them as they are).
+    target=${2:-h200}
+    PYTHONPATH=tests .venv/bin/python - "$target" > build/gpu-tier.list <<'PY'
+import sys
+from pathlib import Path
+from conftest import TEST_MODELS, checkpoint, compile_once, compiled
+import test_gpu
+dirs = []
+for name in ("qwen3-tiny", *test_gpu.HYBRIDS):
+    dirs += [checkpoint(name)[0], compiled(name).out_dir]  # the CPU builds it compares with
+for opts in test_gpu.tier_options(sys.argv[1]).values():
+    compile_once(opts)
+    dirs.append(Path(opts.out_dir))
+print("\n".join(str(d.resolve().relative_to(TEST_MODELS.resolve().parent)) for d in dirs))
+PY
+    # staged with stripped servers (the upload is 64 MiB)
+    stage=build/gpu-tier-stage
+    rm -rf "$stage" && mkdir -p "$stage"
+    # (and without artifacts: run-tier writes them from the checkpoints, byte for byte)
+    tar -cf - --exclude='src' --exclude='cmake-build' --exclude='*.so' --exclude='*.lock' \
+      --exclude='model.ninfer' -C build -T build/gpu-tier.list | tar -xf - -C "$stage"
+    find "$stage" -name ninfer-server -exec strip {} +
+    tar -czf build/gpu-tier.tar.gz -C "$stage" test-models
+    du -sh build/gpu-tier.tar.gz
+    ;;
+  run-tier)
+    if [ ! -f build/test-models/.gpu-tier ]; then
+      tar -xzf build/gpu-tier.tar.gz -C build && touch build/test-models/.gpu-tier
+    fi
+    nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
+    export NINFER_TEST_PREBUILT=1 PYTHONUNBUFFERED=1 PYTHONPATH=compiler:tests
+    python3 - <<'PY'
+from pathlib import Path
+from conftest import compiled_options
+import test_gpu
+from ninfer.pipeline import write_model_artifact
+target = test_gpu.present_gpu_target()
+opts = [compiled_options(n) for n in ("qwen3-tiny", *test_gpu.HYBRIDS)]
+opts += list(test_gpu.tier_options(target).values()) if target else []
+for o in opts:
+    if not (Path(o.out_dir) / "model.ninfer").exists():
+        write_model_artifact(o, Path(o.out_dir) / "model.ninfer")
+print(f"artifacts of {len(opts)} builds in place")
+PY
+    python3 -m pytest -m gpu -p no:cacheprovider -q -ra tests/test_gpu.py "${@:2}"
+    ;;
   run)
     if [ ! -d "$root" ]; then
       tar -xzf "$root.tar.gz" -C "$(dirname "$root")"
@@ -137,7 +189,7 @@ PY
     PYTHONUNBUFFERED=1 PYTHONPATH=compiler python3 benchmarks/gpu_check.py "${2:-run}" "$root"
     ;;
   *)
-    echo "usage: $0 prepare [TARGET] | run" >&2
+    echo "usage: $0 prepare [TARGET] | run [bench] | prepare-tier [TARGET] | run-tier [PYTEST ARGS]" >&2
     exit 2
     ;;
 esac

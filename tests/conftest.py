@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import inspect
 import json
+import os
 import shutil
 import socket
 from collections.abc import Iterator
@@ -326,12 +327,22 @@ def clean_soak(out_dir: Path, tmp_path: Path, requests: int, *args: str) -> dict
     return res
 
 
+# NINFER_TEST_PREBUILT=1: the test models under build/test-models were made on another
+# machine and carried here (a lent GPU machine has neither TVM, which is too large to carry,
+# nor this project's torch and transformers versions): an existing checkpoint is taken as it
+# is, so the builds made from it keep their stamps (scripts/gpu_check.sh prepare-tier).
+PREBUILT = bool(os.environ.get("NINFER_TEST_PREBUILT"))
+
+
 def checkpoint(name: str) -> tuple[Path, list[int]]:
     """The test checkpoint `name` (made once, cached) and its eos token ids."""
     ckpt = TEST_MODELS / f"{name}-checkpoint"
     generator = generator_digest(_make_checkpoint, _make_hybrid, _add_mtp_head, name)
     with locked(ckpt.name):
         facts = _cached(ckpt, generator)
+        if facts is None and PREBUILT and (ckpt / "ninfer-test.json").exists():
+            # made on the machine that prepared the builds (another torch, transformers)
+            facts = json.loads((ckpt / "ninfer-test.json").read_text())
         if facts is None:
             shutil.rmtree(ckpt, ignore_errors=True)
             facts = {"eos_token_ids": _make_checkpoint(name, ckpt), "generator": generator}
@@ -339,19 +350,26 @@ def checkpoint(name: str) -> tuple[Path, list[int]]:
     return ckpt, facts["eos_token_ids"]
 
 
-def compiled(name: str) -> CompiledModel:
+def compiled_options(name: str) -> Any:
+    """The CompileOptions of compiled(name)'s CPU build."""
     from ninfer.pipeline import CompileOptions
 
-    ckpt, eos = checkpoint(name)
-    out = TEST_MODELS / f"{name}-cpu"
+    ckpt, _ = checkpoint(name)
     # An f32 KV cache (the default is f16): these builds are checked against transformers
     # at f32 tolerances. The f16 cache is served end to end by test_cli's default compile
     # and test_quantized's kv:f16 build. The weights keep the default (--weights auto):
     # the llama (bf16) and qwen2 (f16) checkpoints are served in their own dtype, which
     # holds their values exactly (test_parity checks the format and the logits).
-    compile_once(CompileOptions(model_dir=ckpt, target="cpu", out_dir=out, model_id=name,
-                                max_context=MAX_CONTEXT, prefill_chunk=PREFILL_CHUNK,
-                                kv_dtype="f32"))
+    return CompileOptions(model_dir=ckpt, target="cpu", out_dir=TEST_MODELS / f"{name}-cpu",
+                          model_id=name, max_context=MAX_CONTEXT,
+                          prefill_chunk=PREFILL_CHUNK, kv_dtype="f32")
+
+
+def compiled(name: str) -> CompiledModel:
+    ckpt, eos = checkpoint(name)
+    opts = compiled_options(name)
+    out = opts.out_dir
+    compile_once(opts)
     return CompiledModel(name, ckpt, out, eos,
                          "Qwen3_5ForConditionalGeneration" if name == "qwen35vl-tiny"
                          else "AutoModelForCausalLM")
