@@ -29,7 +29,6 @@ import argparse
 import copy
 import hashlib
 import inspect
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -184,16 +183,13 @@ def main() -> None:
     held = bench_spec.tasks(bench_spec.TEST_SEED, args.prompts)
     prompts = [bench_spec._prompt_text(q) for _, q, _ in held]
     sides = ("plain", "mtp")
-    rates: dict[str, list[float]] = {s: [] for s in sides}
-    kind_rates: dict[tuple[str, str], list[float]] = {}
-    exact: dict[str, int] = {}
+    tally = bench_spec.Tally(held, sides)
     accept_line = ""
     for rnd in range(args.rounds):
         for side in sides:
             res, metrics = bench_spec.ninfer_round(out, "none" if side == "plain" else "mtp",
                                                    prompts, args.threads, args.max_tokens)
-            items = [(r["choices"][0]["text"], r["usage"]["completion_tokens"],
-                      r["timings"]["predicted_ms"] / 1000) for r in res]
+            items = bench_spec.response_items(res)
             if side == "mtp":
                 t = [r["timings"] for r in res]
                 d, a = sum(x["draft_n"] for x in t), sum(x["draft_accepted_n"] for x in t)
@@ -205,25 +201,10 @@ def main() -> None:
                                f"({100 * a / max(d, 1):.0f}%); accepted per draft chain at "
                                "position 1..K " + " ".join(
                                    f"{v / max(drafts, 1):.2f}" for v in pos))
-            tok = sum(n for _, n, _ in items)
-            sec = sum(s for _, _, s in items)
-            rates[side].append(bench_spec._rate(tok, sec))
-            for kind in bench_spec.KINDS:
-                sel = [i for i, (k, _, _) in enumerate(held) if k == kind]
-                kind_rates.setdefault((side, kind), []).append(bench_spec._rate(
-                    sum(items[i][1] for i in sel), sum(items[i][2] for i in sel)))
-            exact[side] = sum(items[i][0].strip() == held[i][2] for i in range(len(held)))
-        print(f"round {rnd + 1}: " + ", ".join(f"{s} {rates[s][-1]:.1f}" for s in sides)
-              + " tok/s", flush=True)
-    print(f"\n{len(held)} held-out prompts ({args.prompts} per kind), greedy, "
-          f"{args.threads} threads, medians of {args.rounds} rounds, decode tok/s:")
-    print(f"{'':8}" + "".join(f"{k:>12}" for k in (*bench_spec.KINDS, "all"))
-          + "   exact answers")
-    for s in sides:
-        cells = [statistics.median(kind_rates[(s, k)]) for k in bench_spec.KINDS]
-        print(f"{s:8}" + "".join(f"{c:12.1f}" for c in cells)
-              + f"{statistics.median(rates[s]):12.1f}   {exact[s]}/{len(held)}")
-    plain, spec = statistics.median(rates["plain"]), statistics.median(rates["mtp"])
+            tally.add(side, items)
+        print(tally.round_line(rnd), flush=True)
+    print(tally.table(args))
+    plain, spec = tally.median("plain"), tally.median("mtp")
     print(f"ninfer MTP / plain: {spec / plain:.2f}x; {accept_line}")
 
 

@@ -46,6 +46,7 @@ import re
 import shutil
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +267,50 @@ def _rate(tokens: int, seconds: float) -> float:
     return tokens / seconds if seconds > 0 else 0.0
 
 
+class Tally:
+    """Decode rates of each side over the rounds, overall and per kind, and exact answers."""
+
+    def __init__(self, held: list[tuple[str, str, str]], sides: Sequence[str]) -> None:
+        self.held, self.sides = held, list(sides)
+        self.rates: dict[str, list[float]] = {s: [] for s in sides}
+        self.kind_rates: dict[tuple[str, str], list[float]] = {}
+        self.exact: dict[str, int] = {}
+
+    def add(self, side: str, items: list[tuple[str, int, float]]) -> None:
+        """One round of `side`: (text, tokens, decode seconds) per held-out prompt."""
+        held = self.held
+        self.rates[side].append(_rate(sum(n for _, n, _ in items), sum(t for _, _, t in items)))
+        for kind in KINDS:
+            sel = [i for i, (k, _, _) in enumerate(held) if k == kind]
+            self.kind_rates.setdefault((side, kind), []).append(_rate(
+                sum(items[i][1] for i in sel), sum(items[i][2] for i in sel)))
+        self.exact[side] = sum(items[i][0].strip() == held[i][2] for i in range(len(held)))
+
+    def round_line(self, rnd: int) -> str:
+        return (f"round {rnd + 1}: " + ", ".join(f"{s} {self.rates[s][-1]:.1f}"
+                                                  for s in self.sides) + " tok/s")
+
+    def median(self, side: str) -> float:
+        return statistics.median(self.rates[side])
+
+    def table(self, args: argparse.Namespace) -> str:
+        held, w = self.held, max(len(s) for s in self.sides) + 2
+        lines = [f"\n{len(held)} held-out prompts ({args.prompts} per kind), greedy, "
+                 f"{args.threads} threads, medians of {args.rounds} rounds, decode tok/s:",
+                 f"{'':{w}}" + "".join(f"{k:>12}" for k in (*KINDS, "all")) + "   exact answers"]
+        for s in self.sides:
+            cells = [statistics.median(self.kind_rates[(s, k)]) for k in KINDS]
+            lines.append(f"{s:{w}}" + "".join(f"{c:12.1f}" for c in cells)
+                         + f"{self.median(s):12.1f}   {self.exact[s]}/{len(held)}")
+        return "\n".join(lines)
+
+
+def response_items(res: list[dict[str, Any]]) -> list[tuple[str, int, float]]:
+    """(text, completion tokens, decode seconds) of each server response."""
+    return [(r["choices"][0]["text"], r["usage"]["completion_tokens"],
+             r["timings"]["predicted_ms"] / 1000) for r in res]
+
+
 def main() -> None:
     args = _parse()
     from ninfer.paths import DEFAULT_BUILD_DIR
@@ -290,17 +335,14 @@ def main() -> None:
 
         gguf = export_gguf(ckpt, base / f"{name}-F32.gguf", "F32")
     sides = ["plain", "ngram"] + (["llama.cpp", "llama.cpp lookup"] if gguf else [])
-    rates: dict[str, list[float]] = {s: [] for s in sides}
-    kind_rates: dict[tuple[str, str], list[float]] = {}
-    exact: dict[str, int] = {}
+    tally = Tally(held, sides)
     accept_line = ""
     for rnd in range(args.rounds):
         for side in sides:
             if side in ("plain", "ngram"):
                 res, metrics = ninfer_round(out, "none" if side == "plain" else "ngram",
                                             prompts, args.threads, args.max_tokens)
-                items = [(r["choices"][0]["text"], r["usage"]["completion_tokens"],
-                          r["timings"]["predicted_ms"] / 1000) for r in res]
+                items = response_items(res)
                 if side == "ngram":
                     t = [r["timings"] for r in res]
                     d, a = sum(x["draft_n"] for x in t), sum(x["draft_accepted_n"] for x in t)
@@ -316,28 +358,13 @@ def main() -> None:
                 items = llamacpp_round(gguf, prompts, args.threads, args.max_tokens,
                                        (args.draft_tokens, args.ngram_max)
                                        if side.endswith("lookup") else None)
-            tok = sum(n for _, n, _ in items)
-            sec = sum(s for _, _, s in items)
-            rates[side].append(_rate(tok, sec))
-            for kind in KINDS:
-                sel = [i for i, (k, _, _) in enumerate(held) if k == kind]
-                kind_rates.setdefault((side, kind), []).append(_rate(
-                    sum(items[i][1] for i in sel), sum(items[i][2] for i in sel)))
-            exact[side] = sum(items[i][0].strip() == held[i][2] for i in range(len(held)))
-        print(f"round {rnd + 1}: " + ", ".join(f"{s} {rates[s][-1]:.1f}" for s in sides)
-              + " tok/s", flush=True)
-    print(f"\n{len(held)} held-out prompts ({args.prompts} per kind), greedy, "
-          f"{args.threads} threads, medians of {args.rounds} rounds, decode tok/s:")
-    print(f"{'':18}" + "".join(f"{k:>12}" for k in (*KINDS, "all")) + "   exact answers")
-    for s in sides:
-        cells = [statistics.median(kind_rates[(s, k)]) for k in KINDS]
-        print(f"{s:18}" + "".join(f"{c:12.1f}" for c in cells)
-              + f"{statistics.median(rates[s]):12.1f}   {exact[s]}/{len(held)}")
-    plain, spec = statistics.median(rates["plain"]), statistics.median(rates["ngram"])
+            tally.add(side, items)
+        print(tally.round_line(rnd), flush=True)
+    print(tally.table(args))
+    plain, spec = tally.median("plain"), tally.median("ngram")
     print(f"ninfer n-gram / plain: {spec / plain:.2f}x; {accept_line}")
     if gguf:
-        lp, ll = (statistics.median(rates["llama.cpp"]),
-                  statistics.median(rates["llama.cpp lookup"]))
+        lp, ll = tally.median("llama.cpp"), tally.median("llama.cpp lookup")
         print(f"llama.cpp lookup / plain: {ll / lp:.2f}x (through llama-cpp-python's Python "
               "loop: only this ratio compares)")
 
