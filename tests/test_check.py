@@ -191,3 +191,21 @@ def test_float64_reference_refuses_what_it_does_not_compute(tmp_path: Path):
         make_reference(tmp_path, "float64")
     with pytest.raises(CheckError, match="one of auto, transformers, float64"):
         make_reference(tmp_path, "numpy")
+
+
+def test_a_speculative_build_is_checked_with_drafts_off_too(qwen3_model: CompiledModel):
+    """A build compiled with n-gram drafts is served with them (its reference row and
+    concurrency through verify steps), then again with --spec none: the same bits on the
+    CPU."""
+    from conftest import TEST_MODELS
+    from ninfer.pipeline import CompileOptions
+
+    out = TEST_MODELS / "qwen3-tiny-check-spec-cpu"
+    compile_once(CompileOptions(model_dir=qwen3_model.checkpoint, target="cpu", out_dir=out,
+                                model_id="qwen3-tiny", max_context=MAX_CONTEXT,
+                                prefill_chunk=PREFILL_CHUNK, max_concurrency=4,
+                                kv_dtype="f32", python_module=False, spec="ngram"))
+    report = check(out, qwen3_model.checkpoint, tokens=16, threads=2)
+    assert report.ok, report.rows
+    assert [r.check for r in report.rows][-1] == "drafts off"
+    assert "same bits" in report.rows[-1].detail
