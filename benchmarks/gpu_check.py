@@ -10,6 +10,10 @@ Needs only python3 with torch, transformers, httpx, numpy, safetensors, xxhash a
 (PYTHONPATH=compiler: ninfer is not installed there).
 
     PYTHONPATH=compiler python3 benchmarks/gpu_check.py run ROOT        # there
+    PYTHONPATH=compiler python3 benchmarks/gpu_check.py bench ROOT      # the speed alone
+    PYTHONPATH=compiler python3 benchmarks/gpu_check.py check ROOT [PATTERN]  # ninfer-check
+    PYTHONPATH=compiler python3 benchmarks/gpu_check.py hybrid ROOT PATTERN   # some hybrids
+    PYTHONPATH=compiler python3 benchmarks/gpu_check.py profile ROOT OUT      # ncu, per kernel
     PYTHONPATH=compiler python3 benchmarks/gpu_check.py bench-ckpt DIR  # the bench checkpoint
 """
 
@@ -207,8 +211,21 @@ def sanitize(build: Path, ids: list[int], want: list[int]) -> int:
     return failures + (not ok)
 
 
+def bench_builds(root: Path) -> list[tuple[Path, str, str]]:
+    """(build, target, weights) of each bench-TARGET[-FMT] build prepare made: the target as
+    its compile report names it, the weight format from the name (none: as stored)."""
+    out = []
+    for build in sorted(root.glob("bench-*")):
+        if not (build / "ninfer-server").exists():
+            continue
+        target = json.loads((build / "compile_report.json").read_text())["target"]["name"]
+        fmt = build.name.removeprefix(f"bench-{target}").lstrip("-") or "auto"
+        out.append((build, target, fmt))
+    return out
+
+
 def bench(root: Path) -> None:
-    """Decode speed of the 0.6B-shaped model, each bench-h200[-FMT] build (its weights as
+    """Decode speed of the 0.6B-shaped model, each bench-TARGET[-FMT] build (its weights as
     stored, bf16, or as FMT): ninfer with graphs on (1..8 streams) and off, the bytes a
     decode step reads (the artifact: matmul weights and the tied embedding/LM head) over
     its time; transformers on the same GPU (fp32 and bf16, generate) as the peer."""
@@ -227,9 +244,8 @@ def bench(root: Path) -> None:
     prompt = list(range(100, 164))
     n = 128
     mine: list[int] = []
-    for build in sorted(root.glob("bench-h200*")):
-        fmt = build.name.removeprefix("bench-h200").lstrip("-") or "auto"
-        write_model_artifact(CompileOptions(model_dir=ckpt, target="h200", weights=fmt,
+    for build, target, fmt in bench_builds(root):
+        write_model_artifact(CompileOptions(model_dir=ckpt, target=target, weights=fmt,
                                             model_id="qwen3-0.6b-shape", **BENCH_LIMITS),
                              build / "model.ninfer")
         size = (build / "model.ninfer").stat().st_size
@@ -296,11 +312,10 @@ def profile(root: Path, out: Path) -> None:
     shutil.copy(root / "bench-config.json", ckpt / "config.json")
     prompt = list(range(100, 108))
     n = 24
-    for build in sorted(root.glob("bench-h200*")):
-        fmt = build.name.removeprefix("bench-h200").lstrip("-") or "auto"
+    for build, target, fmt in bench_builds(root):
         if fmt == "f16":
             continue
-        write_model_artifact(CompileOptions(model_dir=ckpt, target="h200", weights=fmt,
+        write_model_artifact(CompileOptions(model_dir=ckpt, target=target, weights=fmt,
                                             model_id="qwen3-0.6b-shape", **BENCH_LIMITS),
                              build / "model.ninfer")
         log = out / f"ncu-{build.name}.csv"
@@ -482,7 +497,7 @@ def run(root: Path) -> int:
             failures += spec_identity(build, prompts)
     print(f"{failures} mismatches")
     failures += hybrid_parity(root)
-    if (root / "bench-h200" / "ninfer-server").exists():
+    if bench_builds(root):
         bench(root)
     # memcheck last (a server under it starts and runs tens of times slower): while the
     # lease's time allows (GPU_CHECK_SECONDS, from the start of this run), the plain and

@@ -191,6 +191,8 @@ def test_float64_reference_refuses_what_it_does_not_compute(tmp_path: Path):
         make_reference(tmp_path, "float64")
     with pytest.raises(CheckError, match="one of auto, transformers, float64"):
         make_reference(tmp_path, "numpy")
+    with pytest.raises(CheckError, match="give --soak N too"):  # not accepted and ignored
+        check(tmp_path, tmp_path, concurrency=2)
 
 
 def test_a_speculative_build_is_checked_with_drafts_off_too(qwen3_model: CompiledModel):

@@ -244,7 +244,7 @@ def make_reference(checkpoint: Path, impl: str = "auto") -> Any:
                 raise
     try:
         return float64_reference(checkpoint)
-    except (ReferenceError, OSError, KeyError) as e:
+    except (ReferenceError, OSError, KeyError, ValueError) as e:
         raise CheckError(f"no reference for {checkpoint}: {e}") from e
 
 
@@ -324,6 +324,8 @@ def check(build: Path, reference: Path, *, tokens: int = 24, prompts_file: Path 
     `soak` > 0: then `soak` mixed requests with `concurrency` (default: the build's) in
     flight, as `ninfer-bench soak` sends them."""
     build = Path(build)
+    if concurrency is not None and soak <= 0:
+        raise CheckError("--concurrency sets the soak's requests in flight: give --soak N too")
     try:
         manifest = read_manifest(build / "model.ninfer")
     except (OSError, ValueError) as e:

@@ -14,7 +14,6 @@ windows, other rope scalings) is refused with the reason: its reference is trans
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,38 +25,21 @@ ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
 HYBRID_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
                         "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration",
                         "Qwen3NextForCausalLM")
-_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 
 
 class ReferenceError(ValueError):
     """The checkpoint is outside what this reference computes."""
 
 
-def read_safetensors(checkpoint: Path) -> dict[str, np.ndarray]:
-    """Every tensor of the checkpoint (one file or an index of shards) as float64; bf16 is
-    widened from its bits. Tensors under `model.` (and a multimodal model's
+def read_weights(checkpoint: Path) -> dict[str, np.ndarray]:
+    """Every tensor of the checkpoint as float64 (frontend.checkpoint's reader: shards,
+    bf16 and f16 widened exactly). Tensors under `model.` (and a multimodal model's
     `model.language_model.`) lose that prefix."""
-    index = checkpoint / "model.safetensors.index.json"
-    files = (sorted(set(json.loads(index.read_text())["weight_map"].values()))
-             if index.exists() else ["model.safetensors"])
-    out: dict[str, np.ndarray] = {}
-    for name in files:
-        data = (checkpoint / name).read_bytes()
-        (length,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8:8 + length])
-        base = 8 + length
-        for key, entry in header.items():
-            if key == "__metadata__":
-                continue
-            if entry["dtype"] not in _DTYPES:
-                raise ReferenceError(f"{name}: tensor {key} is {entry['dtype']}")
-            lo, hi = entry["data_offsets"]
-            raw = np.frombuffer(data[base + lo:base + hi], dtype=_DTYPES[entry["dtype"]])
-            if entry["dtype"] == "BF16":
-                raw = (raw.astype(np.uint32) << 16).view(np.float32)
-            key = key.removeprefix("model.").removeprefix("language_model.")
-            out[key] = raw.astype(np.float64).reshape(entry["shape"])
-    return out
+    from ninfer.frontend.checkpoint import open_checkpoint
+
+    ckpt = open_checkpoint(checkpoint)
+    return {name.removeprefix("model.").removeprefix("language_model."):
+            ckpt.load(name).astype(np.float64) for name in ckpt.tensors}
 
 
 def _inv_freq(cfg: dict[str, Any], head_dim: int) -> np.ndarray:
@@ -96,7 +78,7 @@ class HybridFloat64Reference:
 
     def __init__(self, checkpoint: Path, cfg: dict[str, Any]) -> None:
         self.cfg = {**cfg, **cfg.get("text_config", {})}
-        self.w = read_safetensors(checkpoint)
+        self.w = read_weights(checkpoint)
         self.name = f"float64 numpy {cfg['architectures'][0]} (kernels.gdn_reference)"
 
     def logprobs(self, ids: Sequence[int], start: int) -> np.ndarray:
@@ -131,7 +113,7 @@ class Float64Reference:
         if cfg.get("hidden_act", "silu") != "silu":
             raise ReferenceError(f"activation {cfg['hidden_act']!r}: not in the reference")
         self.cfg = cfg
-        self.w = read_safetensors(checkpoint)
+        self.w = read_weights(checkpoint)
         self.heads, self.kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
         self.head_dim = cfg.get("head_dim") or cfg["hidden_size"] // self.heads
         self.inv_freq = _inv_freq(cfg, self.head_dim)
