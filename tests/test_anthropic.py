@@ -80,6 +80,10 @@ def test_create_is_the_chat_completion_in_anthropic_shape(chat_server: Any,
     assert msg.stop_reason == "max_tokens" and msg.stop_sequence is None
     # "s"+"abc" + "u"+"hello" + "a": the system prompt is in the prompt
     assert msg.usage.input_tokens == ref["usage"]["prompt_tokens"] == 11
+    # the OpenAI request after it found the prompt's first blocks in the prefix cache;
+    # Anthropic's input_tokens are the tokens not read from it
+    assert msg.usage.cache_read_input_tokens == 0
+    assert ref["usage"]["prompt_tokens_details"]["cached_tokens"] == 8
     assert msg.usage.output_tokens == 8
 
 
@@ -107,7 +111,9 @@ def test_stream_events_and_final_message(client: anthropic.Anthropic) -> None:
     assert len(deltas) == 8 and "".join(deltas) == full.content[0].text
     assert final.content[0].text == full.content[0].text
     assert final.stop_reason == "max_tokens"
-    assert final.usage.input_tokens == full.usage.input_tokens
+    assert (final.usage.input_tokens + final.usage.cache_read_input_tokens
+            == full.usage.input_tokens + full.usage.cache_read_input_tokens)
+    assert final.usage.cache_read_input_tokens > 0  # the same prompt: its blocks were cached
     assert final.usage.output_tokens == 8
 
 
@@ -387,7 +393,8 @@ def test_response_content_blocks(ext: Any) -> None:
             {"type": "tool_use", "id": "toolu_a1", "name": "weather", "input": {"city": "Paris"}},
             {"type": "tool_use", "id": "toolu_b2", "name": "time", "input": {}}],
         "stop_reason": "tool_use", "stop_sequence": None,
-        "usage": {"input_tokens": 7, "output_tokens": 5}}
+        "usage": {"input_tokens": 7, "cache_creation_input_tokens": 0,
+                  "cache_read_input_tokens": 0, "output_tokens": 5}}
 
 
 @pytest.mark.parametrize(("finish", "extra", "reason", "sequence"), [
@@ -460,7 +467,10 @@ def test_stream_event_sequence(ext: Any) -> None:
     assert events[10][1]["content_block"] == {"type": "tool_use", "id": "toolu_a1",
                                               "name": "weather", "input": {}}
     assert events[-2][1]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
-    assert events[-2][1]["usage"] == {"output_tokens": 5}
+    # the final usage (the Anthropic client takes its input and cache fields over
+    # message_start's): this chunk stream carried no prompt_tokens_details
+    assert events[-2][1]["usage"] == {"input_tokens": 7, "cache_creation_input_tokens": 0,
+                                      "cache_read_input_tokens": 0, "output_tokens": 5}
 
 
 def _sse(events: list[list[Any]]) -> bytes:

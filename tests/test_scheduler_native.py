@@ -46,7 +46,7 @@ def test_device_sampling_path() -> None:
 
 @pytest.mark.parametrize("case", ["scheduler", "invariance", "cancel", "admission", "sampling",
                                   "slowdown", "stops", "fork", "token_controls", "processors",
-                                  "speculate"])
+                                  "speculate", "prefix"])
 def test_native(test_engine: Path, case: str) -> None:
     assert f"{case} ok" in _run(test_engine, case)
 
@@ -71,6 +71,11 @@ FAMILIES = {  # family name (as prometheus_client reports it) -> type
     "ninfer:request_decode_time_seconds": "histogram",
     "ninfer:iteration_tokens_total": "histogram",
     "ninfer:iteration_sequences": "histogram",
+    # prefix caching (on by default)
+    "ninfer:prefix_cache_queries": "counter",
+    "ninfer:prefix_cache_hits": "counter",
+    "ninfer:prefix_cache_blocks": "gauge",
+    "ninfer:prefix_cache_evictions": "counter",
 }
 
 
@@ -91,6 +96,8 @@ def test_metrics_parse_with_prometheus_client(test_engine: Path) -> None:
     assert _sample(families, "ninfer:prompt_tokens_total") > 0
     assert _sample(families, "ninfer:kv_blocks_total") == 20
     assert _sample(families, "ninfer:kv_blocks_used") == 0
+    hits = _sample(families, "ninfer:prefix_cache_hits_total")
+    assert 0 <= hits <= _sample(families, "ninfer:prefix_cache_queries_total")
     assert _sample(families, "ninfer:requests_rejected_total", reason="context_length") == 1
     assert {s.labels["reason"] for s in families["ninfer:requests_rejected"].samples} == {
         "queue_full", "context_length", "kv_capacity", "pending_timeout"}

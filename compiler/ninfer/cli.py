@@ -68,6 +68,11 @@ console = Console(stderr=True)
 @click.option("--max-draft-tokens", type=click.IntRange(1, 16),
               help="Most draft tokens per sequence and step (default: 4 for ngram, 3 for "
                    "mtp); a step returns up to max concurrency x (1 + this) logits rows.")
+@click.option("--state-checkpoints", type=click.IntRange(min=0),
+              help="Hybrid models' prefix cache: slots that keep the Gated DeltaNet state "
+                   "after a cached prompt prefix (a cache hit needs one; counted in the memory "
+                   "plan). Default: 2 per sequence slot; 0 turns the hybrid's prefix caching "
+                   "off. Dense models cache KV blocks only and take no checkpoints.")
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")
 @click.option("--no-python-module", is_flag=True, help="Do not build the ninfer_engine module.")
@@ -92,6 +97,7 @@ console = Console(stderr=True)
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
          max_context: int | None, prefill_chunk: int | None, max_concurrency: int | None,
          kv_capacity: str, spec: str, max_draft_tokens: int | None,
+         state_checkpoints: int | None,
          weights: str, weight_overrides: tuple[str, ...], kv_dtype: str, gdn_prefill: str,
          memory_gib: float | None,
          no_python_module: bool, no_build: bool, dump_dir: Path | None,
@@ -145,7 +151,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                               dump_dir=dump_dir,
                               prefill_projections=prefill_projections,
                               chat_template=chat_template, spec=spec,
-                              max_draft_tokens=max_draft_tokens)
+                              max_draft_tokens=max_draft_tokens,
+                              state_checkpoints=state_checkpoints)
         with console.status("compiling") as status:
             result = compile_model(opts, lambda s: status.update(f"[bold]{s}[/bold]"))
     except (ValueError, RuntimeError, OSError) as exc:
@@ -170,7 +177,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                   f"KV {mem.kv_bytes / 2**20:.1f} MiB, activations "
                   f"{mem.activation_bytes / 2**20:.1f} MiB"
                   + (f", recurrent state {mem.state_bytes / 2**20:.1f} MiB "
-                     f"({mem.state_slots} slots)" if mem.state_bytes else ""))
+                     f"({mem.state_slots} slots, {limits.state_checkpoints} of them prefix-cache "
+                     "checkpoints)" if mem.state_bytes else ""))
     console.print(f"  KV pool: {kv.tokens} tokens in {kv.blocks - 1} blocks of "
                   f"{kv.block_size} ({kv.dtype}, {kv.bytes_per_token} B per token)")
     spent = ("weights, activations, workspace and state" if mem.state_bytes

@@ -92,6 +92,9 @@ class CompileOptions:
     # up to max_draft_tokens drafts per sequence and step (None: DEFAULT_DRAFT_TOKENS).
     spec: str = "none"
     max_draft_tokens: int | None = None
+    # Hybrid models' prefix cache: recurrent-state checkpoint slots (None: auto, see
+    # plan.DEFAULT_CHECKPOINTS_PER_SLOT; 0: no prefix caching for the hybrid).
+    state_checkpoints: int | None = None
 
     def __post_init__(self) -> None:
         if self.prefill_projections not in PREFILL_PROJECTIONS:
@@ -121,6 +124,8 @@ class CompileOptions:
         if self.spec not in SPEC_KINDS:
             raise OptionsError(f"--spec must be one of {', '.join(SPEC_KINDS)}, got "
                                f"{self.spec!r}")
+        if self.state_checkpoints is not None and self.state_checkpoints < 0:
+            raise OptionsError(f"--state-checkpoints {self.state_checkpoints} must be 0 or more")
         if self.max_draft_tokens is not None:
             if self.spec == "none":
                 raise OptionsError("--max-draft-tokens sizes speculative decoding: give "
@@ -174,7 +179,9 @@ class CompileOptions:
                            kv_capacity=self.kv_capacity, kv_dtype=self.kv_dtype,
                            gdn_prefill="chunked" if self.gdn_prefill == "chunked"
                            else "recurrent", spec=self.spec,  # type: ignore[arg-type]
-                           max_draft_tokens=self.draft_tokens)
+                           max_draft_tokens=self.draft_tokens,
+                           state_checkpoints=-1 if self.state_checkpoints is None
+                           else self.state_checkpoints)
 
     def limit_notes(self, max_positions: int) -> tuple[str, ...]:
         """What the compile says about each serve limit it chose (the ones not given)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -60,6 +60,9 @@ MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head",
 # penalties' tokens): logit_bias entries and min_tokens' stop ids.
 SAMPLER_EXTRA_EDITS = 1024
 SAMPLER_TOP_LOGPROBS = 20  # Engine::kMaxLogprobs
+# --state-checkpoints auto: per sequence slot (a turn's checkpoint can outlive the turn
+# while each running sequence writes its own prompt's)
+DEFAULT_CHECKPOINTS_PER_SLOT = 2
 # CLI name of a weight format -> MatmulSpec.wdtype
 FORMAT_WDTYPES = {"f32": "float32", "f16": "f16", "bf16": "bf16", "q8g32": "q8g32",
                   "q4g64": "q4g64", "q4g128": "q4g128"}
@@ -104,6 +107,10 @@ class ServeLimits:
     # so a step returns up to 1 + max_draft_tokens logits rows per sequence
     spec: Literal["none", "ngram", "mtp"] = "none"
     max_draft_tokens: int = 0
+    # prefix caching of a hybrid: slots holding the recurrent state after a cached prefix
+    # (a hit needs one); -1 = auto (DEFAULT_CHECKPOINTS_PER_SLOT x max_concurrency for a
+    # hybrid, 0 otherwise), resolved by make_plan
+    state_checkpoints: int = -1
 
     @property
     def logit_rows(self) -> int:
@@ -195,7 +202,7 @@ class MemoryPlan:
     budget_bytes: int
     # hybrid models: the recurrent state of every sequence slot (conv and SSM state of
     # each Gated DeltaNet layer, float32), in state_slots slots (1 + max_draft_tokens per
-    # sequence, plus the padding rows' slot on CUDA)
+    # sequence, the prefix cache's checkpoints, plus the padding rows' slot on CUDA)
     state_bytes: int = 0
     state_slots: int = 0
 
@@ -303,6 +310,12 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     bias = graph.traits.qkv_bias
 
     hybrid = graph.traits if isinstance(graph.traits, HybridTraits) else None
+    if limits.state_checkpoints < 0:
+        limits = replace(limits, state_checkpoints=DEFAULT_CHECKPOINTS_PER_SLOT
+                         * limits.max_concurrency if hybrid else 0)
+    elif limits.state_checkpoints and not hybrid:
+        raise PlanError(f"--state-checkpoints {limits.state_checkpoints}: this model has no "
+                        "recurrent state (its prefix cache needs only KV blocks); leave it out")
     if limits.gdn_prefill == "chunked" and not hybrid:
         raise PlanError("--gdn-prefill chunked: this model has no Gated DeltaNet layers "
                         "(only the hybrid Qwen3.5 / Qwen3-Next families do)")
@@ -324,7 +337,9 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     # with speculation, the states after a verify step's rows until one is accepted), plus
     # on CUDA the slot of the padding rows of a replayed step graph (a padding row is at
     # position 0, which would otherwise reset the state of the slot it names).
-    state_slots = conc * (1 + limits.max_draft_tokens) + (1 if target.is_cuda else 0)
+    # Then the prefix cache's checkpoint slots (limits.state_checkpoints).
+    state_slots = (conc * (1 + limits.max_draft_tokens) + limits.state_checkpoints
+                   + (1 if target.is_cuda else 0))
     if hybrid:
         buffers |= {"qgate": q_dim, "gdn_in": hybrid.conv_dim, "gdn_mixed": hybrid.conv_dim,
                     "gdn_z": hybrid.value_width, "gdn_ba": 2 * hybrid.v_heads,

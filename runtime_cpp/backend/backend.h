@@ -84,6 +84,8 @@ std::string describe();
 
 void to_device(void* dst, const void* src, size_t bytes);
 void to_host(void* dst, const void* src, size_t bytes);
+// Device memory to device memory, ordered with the kernels (a recurrent state checkpoint).
+void copy_on_device(void* dst, const void* src, size_t bytes);
 void synchronize();
 
 }  // namespace backend

@@ -32,6 +32,13 @@ SchedulerConfig scheduler_config(const ModelInfo& info, const EngineOptions& o) 
   c.block_size = info.kv_block_size;
   c.blocks_per_seq = info.blocks_per_seq;
   c.share_prompt_blocks = info.state_slots == 0;
+  // A model with recurrent state has hits only where a checkpoint holds the state.
+  c.recurrent = info.state_slots > 0;
+  c.prefix_caching = o.prefix_caching && (!c.recurrent || info.state_checkpoints > 0);
+  c.hash_extra = info.spec == "mtp" && o.draft_tokens > 0 ? 1 : 0;  // the head in use
+  c.state_align = info.prefill_align;
+  c.state_checkpoints = info.state_checkpoints;
+  c.checkpoint_interval = o.checkpoint_interval;
   // The model's alignment where a step of this configuration can always honour it; a
   // smaller one would cut where the kernels do not, so none then (any cut is still
   // correct, only not bit-identical across schedules).
@@ -132,6 +139,12 @@ void Engine::publish() {
     metrics_->set_kv_blocks(sched_.kv().used(), sched_.kv().total());
     if (model_.info().state_slots > 0)  // a running sequence holds its slot's whole group
       metrics_->set_state_slots(running * model_.info().state_group(), model_.info().state_slots);
+    if (sched_config_.prefix_caching) {
+      metrics_->set_prefix_cache(sched_.prefix_queries(), sched_.prefix_hits(),
+                                 sched_.kv().cached(), sched_.kv().evictions());
+      if (sched_config_.recurrent)
+        metrics_->set_state_checkpoints(sched_.checkpoints_used(), sched_config_.state_checkpoints);
+    }
   }
 }
 
@@ -310,10 +323,14 @@ void Engine::run_step(StepPlan& plan) {
       for (const auto& constraint : static_cast<Seq&>(*c.seq).constraints) constraint->prepare();
   const double t0 = clock_.now_ms();
   const bool device = model_.samples_on_device();
+  auto state_slot = [&](const Sequence& q) { return q.slot * group + q.state_index; };
   // Device sampling: a row whose description fails (a constraint's mask) fails only its
   // request; it is sampled greedily meanwhile.
   std::vector<std::string> row_errors(device ? n_logits : 0);
   try {
+    // Sequences starting from a cached prefix of a recurrent model: its state first.
+    for (const StateRestore& r : plan.restores)
+      model_.copy_state(info.state_slots + r.checkpoint, state_slot(*r.seq));
     if (device) {
       model_.launch(batch);
       int k = 0;
@@ -333,6 +350,9 @@ void Engine::run_step(StepPlan& plan) {
     } else {
       model_.step(batch, logits_.data());
     }
+    // Prompt chunks that end at a checkpoint position: the state after them, kept.
+    for (const Chunk& c : plan.chunks)
+      if (c.checkpoint >= 0) model_.copy_state(state_slot(*c.seq), info.state_slots + c.checkpoint);
   } catch (const std::exception& e) {
     const double now = clock_.now_ms();
     for (const Chunk& c : plan.chunks)
@@ -391,7 +411,10 @@ void Engine::run_step(StepPlan& plan) {
       fail(s, e.what(), "", now);
     }
   }
-  if (mtp_) draft_mtp(plan);
+  if (mtp_) {
+    draft_mtp(plan);
+    sched_.publish_running();  // the head's cells of the step's rows are written now
+  }
 }
 
 bool Engine::on_token(Seq& s, int32_t token, TokenLogprob* logprob, double now,
@@ -463,6 +486,7 @@ void Engine::finish(Seq& s, const std::string& reason, double now) {
   }
   Timings t;
   t.prompt_n = s.prompt_n();
+  t.cache_n = std::max(0, std::min(s.cached_tokens, s.prompt_n()));
   t.predicted_n = s.generated;
   const bool admitted = s.t_admit >= 0, first = s.t_first >= 0;
   t.queue_ms = (admitted ? s.t_admit : now) - s.state->submitted_ms;

@@ -75,6 +75,12 @@ struct EngineOptions {
   int draft_tokens = 0;
   int ngram_min = 2;
   int ngram_max = 4;
+  // Prefix caching (scheduler.h): reuse the KV blocks (and, with recurrent state, the
+  // state checkpoints) of earlier requests' prompts. checkpoint_interval > 0: also
+  // checkpoint a long prompt's state every this many positions (a multiple of
+  // Scheduler::checkpoint_granularity()).
+  bool prefix_caching = true;
+  int checkpoint_interval = 0;
   // Tests: another source of drafts for choice `index` of a request (empty: n-gram lookup).
   std::function<std::unique_ptr<Drafter>(const GenerationRequest&, int index)> drafter;
 };

@@ -42,6 +42,7 @@ struct GenerationRequest {
 
 struct Timings {
   int prompt_n = 0;
+  int cache_n = 0;       // of them, found in the prefix cache (not computed)
   double prompt_ms = 0;  // first admitted -> first token
   int predicted_n = 0;
   double predicted_ms = 0;  // first token -> finished

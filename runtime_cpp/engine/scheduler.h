@@ -21,11 +21,32 @@
 // its own) to get its own first logits. No sequence ever gets rows in a block it shares.
 // A fork that is preempted, or whose first sequence goes away before the prefix is
 // computed, becomes a sequence of its own (recomputed from scratch when readmitted).
+//
+// Prefix caching (SchedulerConfig::prefix_caching, kv_blocks.h): every full block a
+// sequence has computed is published under its content hash (in commit(), and when the
+// sequence leaves or is preempted), so it outlives the sequence until the pool needs it.
+// A sequence being admitted (new, or readmitted after a preemption) takes the longest
+// chain of cached blocks that leaves at least its last token to compute and starts from
+// there (Sequence::cached_tokens). Draft rows are never published: only positions the
+// verification accepted (num_computed) count.
+//
+// Models with recurrent state need the state at the hit's boundary too: a hit ends where a
+// state checkpoint holds the state after exactly that prefix. Checkpoints are taken at
+// positions that are multiples of both the block size and the prefill alignment (so the
+// prompt chunk that ends there is one the kernels may end at anyway, and the state bits
+// are every schedule's): the last such position before the end of each prompt, and every
+// checkpoint_interval positions of a long one. The scheduler ends a prompt chunk there
+// (Chunk::checkpoint), the engine copies the sequence's state into the checkpoint slot
+// after the step, and a later admission that hits copies it back (StepPlan::restores).
+// Checkpoint slots are few (state_checkpoints) and reused least recently used first. Only
+// blocks computed by prompt chunks that end at aligned positions are published for such
+// a model (decode rows run the recurrence row by row, with other bits than a prefill).
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/kv_blocks.h"
@@ -54,6 +75,14 @@ struct Sequence {
   // Models with recurrent state: which state slot of its slot's group holds the sequence's
   // state (ModelInfo::state_slots; the engine moves it to the accepted draft's).
   int state_index = 0;
+  // Prefix caching: the content hashes of the full blocks of `tokens` (kv_blocks.h), how
+  // many leading blocks were offered to the cache, the positions a model with recurrent
+  // state may publish (below the aligned end of what its prompt chunks computed), and the
+  // tokens found cached at its first admission (-1: not admitted yet).
+  std::vector<uint64_t> hashes;
+  int published = 0;
+  int cacheable = 0;
+  int cached_tokens = -1;
   int pending() const { return static_cast<int>(tokens.size()) - num_computed; }
 };
 
@@ -66,6 +95,16 @@ struct Chunk {
   int count = 0;
   bool logits = false;  // the chunk ends at the sequence's last token: sample after it
   int drafts = 0;
+  // >= 0: the chunk ends at a state checkpoint position; after the step the sequence's
+  // state is copied into this checkpoint slot (0..state_checkpoints-1).
+  int checkpoint = -1;
+};
+
+// An admitted sequence that starts from a cached prefix of a model with recurrent state:
+// before the step, checkpoint slot `checkpoint` is copied into its state slot.
+struct StateRestore {
+  Sequence* seq = nullptr;
+  int checkpoint = -1;
 };
 
 struct StepPlan {
@@ -73,6 +112,7 @@ struct StepPlan {
   int rows = 0;
   std::vector<Sequence*> admitted;   // waiting -> running in this plan
   std::vector<Sequence*> preempted;  // running -> waiting (blocks freed) in this plan
+  std::vector<StateRestore> restores;
 };
 
 struct SchedulerConfig {
@@ -91,6 +131,19 @@ struct SchedulerConfig {
   // gives prompts this many rows. Needs prefill_chunk - max_concurrency + 1 >= it, so the
   // oldest prefilling sequence always reaches its next multiple.
   int prefill_align = 1;
+  // Prefix caching (see above). hash_extra: tokens after a block that its hash covers too
+  // (1 for a model with an MTP head, whose cell at a block's last position pairs it with
+  // the next token). With hash_extra > 0 blocks are published only by publish_running()
+  // (the engine calls it after the head's pass over the step, which fills the head's cells
+  // of the step's rows: the rows of a sequence that ended in the step get none, so what
+  // it computed in its last step is not published).
+  bool prefix_caching = false;
+  int hash_extra = 0;
+  // A model with recurrent state (ModelInfo::state_slots > 0): hits need a checkpoint.
+  bool recurrent = false;
+  int state_align = 1;          // the model's prefill alignment (ModelInfo::prefill_align)
+  int state_checkpoints = 0;    // checkpoint slots (ModelInfo::state_checkpoints)
+  int checkpoint_interval = 0;  // > 0: also every this many positions of a prompt
 };
 
 class Scheduler {
@@ -131,6 +184,15 @@ class Scheduler {
   uint64_t preemptions() const { return preemptions_; }
   // Most positions one sequence can ever hold: the pool and the block-table width.
   int max_positions() const;
+  // Prefix caching with hash_extra > 0: offers the running sequences' computed blocks.
+  void publish_running();
+  // Prefix caching: prompt tokens looked up and found at admissions (vLLM's
+  // prefix_cache_queries / prefix_cache_hits), and checkpoint slots holding a state.
+  uint64_t prefix_queries() const { return prefix_queries_; }
+  uint64_t prefix_hits() const { return prefix_hits_; }
+  int checkpoints_used() const;
+  // The positions where state checkpoints are taken go in multiples of this.
+  int checkpoint_granularity() const { return granularity_; }
 
  private:
   void preempt(Sequence* seq, StepPlan& plan, int& budget);
@@ -144,6 +206,16 @@ class Scheduler {
   // Rows of `s`'s prompt for a step with `budget` rows left: all it has pending if they
   // fit, else up to the last multiple of the alignment within the budget (0: none).
   int prompt_rows(const Sequence& s, int budget) const;
+  // Prefix caching: offers s's computed full blocks to the cache (`deferred`: also when
+  // hash_extra > 0, from publish_running()).
+  void publish(Sequence* s, bool deferred = false);
+  // The cached blocks s can start from (a checkpoint's too for a recurrent model: then
+  // *checkpoint is its slot, else -1).
+  std::vector<int32_t> cached_prefix(Sequence* s, int* checkpoint);
+  // The next checkpoint position after s's computed ones that a chunk should end at (0:
+  // none).
+  int next_checkpoint(const Sequence& s) const;
+  int take_checkpoint();  // a slot for a checkpoint written by this plan's step
 
   SchedulerConfig config_;
   KvBlocks kv_;
@@ -153,6 +225,16 @@ class Scheduler {
   uint64_t next_order_ = 0;
   int64_t step_ = 0;
   uint64_t preemptions_ = 0;
+  PrefixHasher hasher_;
+  int granularity_ = 1;
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  struct Checkpoint {
+    uint64_t hash = 0;      // of the prefix's last block; 0: empty
+    int64_t last_use = -1;  // step that wrote or restored it
+    int64_t writing = -1;   // step whose chunk writes it (its hash is set at commit)
+  };
+  std::vector<Checkpoint> checkpoints_;
+  std::unordered_map<uint64_t, int> checkpoint_of_;  // hash -> checkpoint slot
 };
 
 }  // namespace ninfer

@@ -44,6 +44,10 @@ struct ModelInfo {
   // sequence computed. The others keep the states after a verify step's rows
   // (StepBatch::save_slots) until the accepted one becomes current.
   int state_slots = 0;
+  // Prefix caching of a model with recurrent state: slots that hold the state after a
+  // cached prefix (--state-checkpoints), numbered state_slots .. state_slots +
+  // state_checkpoints - 1 for copy_state().
+  int state_checkpoints = 0;
   // Positions at which a prompt's steps should end (SchedulerConfig::prefill_align): a
   // model whose results depend on where a prompt is cut (the chunked Gated DeltaNet
   // kernel cuts segments at multiples of its chunk) gets the same bits from every
@@ -151,6 +155,15 @@ class Model {
   // or sample(), before the next step.
   virtual void draft(const DraftBatch&, int32_t*) {
     throw std::logic_error("this model has no MTP draft head (compile with --spec mtp)");
+  }
+
+  // Models with recurrent state: copies state slot `from` into state slot `to` (sequence
+  // slots 0..state_slots-1, checkpoint slots after them), ordered with the steps before
+  // and after it. Call between steps.
+  virtual void copy_state(int from, int to) {
+    (void)from;
+    (void)to;
+    throw std::logic_error("this model has no recurrent state to copy");
   }
 
   // One sequence in slot 0 with blocks 1..blocks_per_seq (for parity tests and tools

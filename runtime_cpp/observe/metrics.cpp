@@ -190,6 +190,33 @@ void Metrics::set_cuda_graphs(uint64_t captured, uint64_t replays) {
       .values[""] = static_cast<double>(replays);
 }
 
+void Metrics::set_prefix_cache(uint64_t queries, uint64_t hits, int cached_blocks,
+                               uint64_t evictions) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lazy("ninfer:prefix_cache_queries_total", "counter",
+       "Prompt tokens looked up in the prefix cache when a sequence was admitted.")
+      .values[""] = static_cast<double>(queries);
+  lazy("ninfer:prefix_cache_hits_total", "counter",
+       "Prompt tokens found in the prefix cache (not computed) when a sequence was admitted.")
+      .values[""] = static_cast<double>(hits);
+  lazy("ninfer:prefix_cache_blocks", "gauge",
+       "KV cache blocks holding published (reusable) prefix content, in use or not.")
+      .values[""] = cached_blocks;
+  lazy("ninfer:prefix_cache_evictions_total", "counter",
+       "Cached KV blocks evicted (least recently used first) for new content.")
+      .values[""] = static_cast<double>(evictions);
+}
+
+void Metrics::set_state_checkpoints(int used, int total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lazy("ninfer:state_checkpoints_used", "gauge",
+       "Recurrent-state checkpoint slots holding the state after a cached prefix.")
+      .values[""] = used;
+  lazy("ninfer:state_checkpoints_total", "gauge",
+       "Recurrent-state checkpoint slots of the compiled model (--state-checkpoints).")
+      .values[""] = total;
+}
+
 void Metrics::enable_spec(int max_drafts) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Family& f : families_)

@@ -22,6 +22,12 @@
 //   ninfer:request_prefill_time_seconds    histogram  admitted -> first token
 //   ninfer:request_decode_time_seconds     histogram  first token -> finished
 //   ninfer:iteration_tokens_total          histogram  rows per engine step
+// With prefix caching (set_prefix_cache; vLLM's names):
+//   ninfer:prefix_cache_queries_total      counter    prompt tokens looked up at admissions
+//   ninfer:prefix_cache_hits_total         counter    of them, found cached
+//   ninfer:prefix_cache_blocks             gauge      KV blocks holding cached content
+//   ninfer:prefix_cache_evictions_total    counter    cached blocks reused for new content
+//   ninfer:state_checkpoints_used / _total gauge      recurrent-state checkpoint slots
 // With speculative decoding (enable_spec; vLLM's spec_decode_* names):
 //   ninfer:spec_decode_num_drafts_total              counter  draft proposals verified
 //                                                             (a sequence's drafts in a step)
@@ -64,6 +70,11 @@ class Metrics {
   // CUDA graphs of the process: instantiated and launched (absent from /metrics until set;
   // the server sets them on a CUDA backend, graphs on or off).
   void set_cuda_graphs(uint64_t captured, uint64_t replays);
+  // Prefix caching (absent from /metrics while it is off): prompt tokens looked up in the
+  // cache at admissions and found there (vLLM's prefix_cache_queries / _hits), blocks
+  // cached and evicted; with recurrent state, checkpoint slots holding a state.
+  void set_prefix_cache(uint64_t queries, uint64_t hits, int cached_blocks, uint64_t evictions);
+  void set_state_checkpoints(int used, int total);
   // Speculative decoding with up to `max_drafts` drafts per proposal: its counters appear.
   void enable_spec(int max_drafts);
   // A verify step of a sequence with drafts (one proposal), then each draft it decided

@@ -15,6 +15,16 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
+// usage.prompt_tokens_details.cached_tokens of an OpenAI usage object (0 when absent).
+int cached_tokens(const json& usage) {
+  if (!usage.contains("prompt_tokens_details") || !usage["prompt_tokens_details"].is_object())
+    return 0;
+  const json& d = usage["prompt_tokens_details"];
+  return d.contains("cached_tokens") && d["cached_tokens"].is_number_integer()
+             ? d["cached_tokens"].get<int>()
+             : 0;
+}
+
 [[noreturn]] void bad(const std::string& param, const std::string& msg) {
   throw ApiError(400, msg, "invalid_request_error", param);
 }
@@ -376,6 +386,7 @@ json from_openai_response(const json& completion, const std::string& id) {
   }
   auto [reason, sequence] = stop_reason(choice);
   const json& usage = completion.at("usage");
+  const int cached = cached_tokens(usage);
   return {{"id", id},
           {"type", "message"},
           {"role", "assistant"},
@@ -384,7 +395,9 @@ json from_openai_response(const json& completion, const std::string& id) {
           {"stop_reason", reason},
           {"stop_sequence", sequence},
           {"usage",
-           {{"input_tokens", usage.at("prompt_tokens")},
+           {{"input_tokens", usage.at("prompt_tokens").get<int>() - cached},
+            {"cache_creation_input_tokens", 0},
+            {"cache_read_input_tokens", cached},
             {"output_tokens", usage.at("completion_tokens")}}}};
 }
 
@@ -469,6 +482,7 @@ std::vector<Event> StreamTranslator::feed(const json& chunk) {
     const json& u = chunk["usage"];
     if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
       output_tokens_ = u["completion_tokens"].get<int>();
+    cached_tokens_ = cached_tokens(u);
   }
   if (!chunk.contains("choices") || !chunk["choices"].is_array() || chunk["choices"].empty())
     return out;
@@ -524,7 +538,11 @@ std::vector<Event> StreamTranslator::finish() {
   out.push_back({"message_delta",
                  {{"type", "message_delta"},
                   {"delta", std::move(delta)},
-                  {"usage", {{"output_tokens", output_tokens_}}}}});
+                  {"usage",
+                   {{"input_tokens", input_tokens_ - cached_tokens_},
+                    {"cache_creation_input_tokens", 0},
+                    {"cache_read_input_tokens", cached_tokens_},
+                    {"output_tokens", output_tokens_}}}}});
   out.push_back({"message_stop", {{"type", "message_stop"}}});
   return out;
 }

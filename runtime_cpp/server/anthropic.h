@@ -72,7 +72,8 @@ class StreamTranslator {
 
   std::string id_, model_;
   int input_tokens_, output_tokens_ = 0;
-  int index_ = -1;  // the open block's index; -1 before the first
+  int cached_tokens_ = 0;  // of input_tokens_, read from the prefix cache (the usage chunk)
+  int index_ = -1;         // the open block's index; -1 before the first
   Block open_ = Block::kNone;
   int open_tool_ = -1;  // the OpenAI tool-call index of the open tool_use block
   std::string finish_reason_, stop_sequence_;

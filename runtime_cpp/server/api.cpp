@@ -154,13 +154,15 @@ std::string new_request_id(bool chat) {
 json usage_json(const Timings& t) {
   return {{"prompt_tokens", t.prompt_n},
           {"completion_tokens", t.predicted_n},
-          {"total_tokens", t.prompt_n + t.predicted_n}};
+          {"total_tokens", t.prompt_n + t.predicted_n},
+          {"prompt_tokens_details", {{"cached_tokens", t.cache_n}}}};
 }
 
 json timings_json(const Timings& t) {
   auto per_s = [](int n, double ms) { return ms > 0 ? 1000.0 * n / ms : 0.0; };
   json j = {{"queue_ms", t.queue_ms},
             {"prompt_n", t.prompt_n},
+            {"cache_n", t.cache_n},
             {"prompt_ms", t.prompt_ms},
             {"prompt_per_second", per_s(t.prompt_n, t.prompt_ms)},
             {"predicted_n", t.predicted_n},

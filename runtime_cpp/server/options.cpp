@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -40,6 +41,7 @@ const char* const kUsage =
     "                     [--served-model-name NAME [NAME ...]] [--api-key KEY]\n"
     "                     [--spec none|ngram|mtp] [--draft-tokens K]\n"
     "                     [--ngram-min N] [--ngram-max N]\n"
+    "                     [--no-prefix-caching] [--state-checkpoint-interval N]\n"
     "  --port 0 picks a free port and prints it.\n"
     "  --threads N               CPU: worker threads (default: one per core)\n"
     "  --max-context N           tokens per request, prompt and reply (default and\n"
@@ -85,6 +87,15 @@ const char* const kUsage =
     "                            compiled --max-draft-tokens)\n"
     "  --ngram-min N, --ngram-max N  n-gram sizes the lookup matches, longest first\n"
     "                            (default 2 and 4, at most 32)\n"
+    "  --no-prefix-caching       compute every prompt in full (default: a prompt starts from\n"
+    "                            the longest block-aligned prefix whose keys/values an\n"
+    "                            earlier request left in the KV pool; a model with recurrent\n"
+    "                            state also needs a state checkpoint there, see\n"
+    "                            ninfer-compile --state-checkpoints)\n"
+    "  --state-checkpoint-interval N  recurrent-state models: besides the end of each\n"
+    "                            prompt, checkpoint a long prompt's state every N positions\n"
+    "                            (a multiple of the block size and the model's prefill\n"
+    "                            alignment; default 0 = only the end of each prompt)\n"
     "  GET /metrics serves Prometheus metrics.\n";
 
 Options parse_options(int argc, char** argv) {
@@ -174,6 +185,8 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--draft-tokens") o.draft_tokens = positive(i);
     else if (a == "--ngram-min") o.ngram_min = positive(i);
     else if (a == "--ngram-max") o.ngram_max = positive(i);
+    else if (a == "--no-prefix-caching") o.prefix_caching = false;
+    else if (a == "--state-checkpoint-interval") o.checkpoint_interval = positive(i);
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       std::exit(0);
@@ -209,6 +222,27 @@ EngineOptions resolve(const Options& o, const ModelInfo& compiled) {
   eo.max_pending_requests = o.max_pending_requests;
   eo.pending_timeout_ms = o.pending_timeout_ms;
   eo.max_decode_slowdown = o.max_decode_slowdown;
+  eo.prefix_caching = o.prefix_caching;
+  if (o.checkpoint_interval > 0) {
+    const std::string flag = "--state-checkpoint-interval " + std::to_string(o.checkpoint_interval);
+    if (compiled.state_slots == 0)
+      throw std::invalid_argument(flag + ": the model has no recurrent state to checkpoint");
+    if (compiled.state_checkpoints == 0)
+      throw std::invalid_argument(flag +
+                                  ": the model was compiled without state checkpoints "
+                                  "(ninfer-compile --state-checkpoints N)");
+    if (!o.prefix_caching)
+      throw std::invalid_argument(flag +
+                                  ": state checkpoints serve the prefix cache, which "
+                                  "--no-prefix-caching turned off");
+    const int g = std::lcm(compiled.kv_block_size, std::max(1, compiled.prefill_align));
+    if (o.checkpoint_interval % g != 0)
+      throw std::invalid_argument(flag + " is not a multiple of " + std::to_string(g) +
+                                  " (the KV block size " + std::to_string(compiled.kv_block_size) +
+                                  " and the prefill alignment " +
+                                  std::to_string(compiled.prefill_align) + ")");
+    eo.checkpoint_interval = o.checkpoint_interval;
+  }
   const std::string spec = o.spec.empty() ? compiled.spec : o.spec;
   if (spec != "none") {
     if (spec != compiled.spec)

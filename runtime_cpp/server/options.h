@@ -46,6 +46,8 @@ struct Options {
   std::string spec;
   int draft_tokens = 0;
   int ngram_min = 0, ngram_max = 0;  // 0: the engine's defaults (2 and 4)
+  bool prefix_caching = true;        // --no-prefix-caching
+  int checkpoint_interval = 0;       // --state-checkpoint-interval; 0: end of prompts only
   // Hidden: render the JSON lines of FILE ({"template", "context"}) through the compiled chat
   // templates and exit (ninfer-compile's check against jinja2; needs no artifact).
   std::string render_chat_template;

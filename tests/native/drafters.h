@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <utility>
 #include <vector>
@@ -63,5 +64,15 @@ class RandomDrafter : public Drafter {
   mutable std::mt19937_64 rng_;
   bool always_;
 };
+
+// An MTP head's drafts for FakeModel::set_mtp: random tokens of the full count.
+inline FakeModel::MtpDrafts random_mtp(uint64_t seed) {
+  auto rng = std::make_shared<std::mt19937_64>(seed);
+  return [rng](const std::vector<int32_t>&, int count) {
+    std::vector<int32_t> chain(static_cast<size_t>(count));
+    for (int32_t& t : chain) t = static_cast<int32_t>((*rng)() % kVocab);
+    return chain;
+  };
+}
 
 }  // namespace ninfer::fake

@@ -192,9 +192,23 @@ class FakeModel : public Model {
   // rows that name it (StepBatch::state_slots) and copied into save slots. Every row checks
   // that its state is exactly that of the tokens at positions 0..pos - 1 the KV pool holds
   // (so a draft's trace left in the state, or a wrong slot made current, fails).
-  void set_recurrent() {
+  // `checkpoints`: the prefix cache's state checkpoint slots after the sequences' ones,
+  // which copy_state() fills and reads (a checkpoint restored into a sequence whose KV
+  // blocks hold other tokens, or at another position, fails the next row's check).
+  void set_recurrent(int checkpoints = 0) {
     info_.state_slots = info_.max_concurrency * (1 + info_.max_draft_tokens);
-    state_.assign(info_.state_slots, {0, -1});
+    info_.state_checkpoints = checkpoints;
+    state_.assign(info_.state_slots + checkpoints, {0, -1});
+  }
+  // Rows in multiples of `align` at the prompt's cuts (ModelInfo::prefill_align).
+  void set_prefill_align(int align) { info_.prefill_align = align; }
+
+  void copy_state(int from, int to) override {
+    const int n = static_cast<int>(state_.size());
+    CHECK(from >= 0 && from < n && to >= 0 && to < n && from != to);
+    CHECK(state_[from].next >= 0);  // a state that was written
+    state_[to] = state_[from];
+    copies_.fetch_add(1);
   }
 
   void step(const StepBatch& b, float* logits) override {
@@ -291,6 +305,7 @@ class FakeModel : public Model {
   std::atomic<int> max_rows_{0};
   int fail_at_step_ = -1;       // >= 0: throw from that step on
   std::atomic<int> drafts_{0};  // draft() calls
+  std::atomic<int> copies_{0};  // copy_state() calls
   int64_t chained_ = 0;         // draft tokens made
   int fail_draft_at_ = -1;      // >= 0: draft() throws from that call on
 

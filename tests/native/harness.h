@@ -52,6 +52,33 @@ inline Outcome collect(RequestState& st) {
   }
 }
 
+// Reads events until every choice ended (kDone each) or an error came.
+inline std::vector<Outcome> collect_choices(RequestState& st, int n) {
+  std::vector<Outcome> out(n);
+  int done = 0;
+  while (done < n) {
+    GenerationEvent ev;
+    CHECK(st.next_for(60000, ev));
+    CHECK(ev.index >= 0 && ev.index < n);
+    Outcome& o = out[ev.index];
+    if (ev.kind == GenerationEvent::Kind::kError) {
+      for (Outcome& x : out) x.error = ev.error;
+      return out;
+    }
+    if (ev.kind == GenerationEvent::Kind::kDone) {
+      CHECK(o.finish.empty());  // one kDone per choice
+      o.finish = ev.finish_reason;
+      o.timings = ev.timings;
+      ++done;
+      continue;
+    }
+    CHECK(o.finish.empty());
+    o.text += ev.text;
+    o.tokens.insert(o.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+  }
+  return out;
+}
+
 // The value of a sample in a Prometheus text page, e.g. "ninfer:kv_blocks_used".
 inline double metric(const std::string& text, const std::string& name) {
   const std::string key = name + " ";
@@ -93,6 +120,7 @@ void test_fork();
 void test_token_controls();
 void test_logits_processors();
 void test_speculate();
+void test_prefix();
 void print_metrics();
 void write_log(const std::string& path);
 

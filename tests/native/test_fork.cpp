@@ -20,33 +20,6 @@
 namespace ninfer::fake {
 namespace {
 
-// Reads events until every choice ended (kDone each) or an error came.
-std::vector<Outcome> collect_choices(RequestState& st, int n) {
-  std::vector<Outcome> out(n);
-  int done = 0;
-  while (done < n) {
-    GenerationEvent ev;
-    CHECK(st.next_for(60000, ev));
-    CHECK(ev.index >= 0 && ev.index < n);
-    Outcome& o = out[ev.index];
-    if (ev.kind == GenerationEvent::Kind::kError) {
-      for (Outcome& x : out) x.error = ev.error;
-      return out;
-    }
-    if (ev.kind == GenerationEvent::Kind::kDone) {
-      CHECK(o.finish.empty());  // one kDone per choice
-      o.finish = ev.finish_reason;
-      o.timings = ev.timings;
-      ++done;
-      continue;
-    }
-    CHECK(o.finish.empty());
-    o.text += ev.text;
-    o.tokens.insert(o.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-  }
-  return out;
-}
-
 // Forbids 'a' and records what it accepted in a log of its own, registered in `logs` (the
 // log outlives the constraint, which the engine drops with its choice); its clones (one per
 // other choice) register theirs. `cloneable` false: clone() says no.

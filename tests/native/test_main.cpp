@@ -3,7 +3,7 @@
 // fake_model.h; built by tests/native/CMakeLists.txt, run by tests/test_scheduler_native.py.
 //
 // usage: test_engine scheduler | invariance | cancel | admission | sampling | slowdown |
-//        stops | fork | token_controls | processors | speculate | metrics | log FILE
+//        stops | fork | token_controls | processors | speculate | prefix | metrics | log FILE
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       {"token_controls", test_token_controls},
       {"processors", test_logits_processors},
       {"speculate", test_speculate},
+      {"prefix", test_prefix},
   };
   const std::string what = argc > 1 ? argv[1] : "";
   if (what == "log" && argc > 2) {
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
   if (it == cases.end()) {
     std::fprintf(stderr,
                  "usage: test_engine scheduler|invariance|cancel|admission|sampling|slowdown|"
-                 "stops|fork|token_controls|processors|speculate|metrics|log FILE\n");
+                 "stops|fork|token_controls|processors|speculate|prefix|metrics|log FILE\n");
     return 2;
   }
   it->second();

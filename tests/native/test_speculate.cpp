@@ -455,16 +455,6 @@ void test_same_as_plain() {
 
 // Cancelled while the model runs a step that verifies its drafts: the step's tokens are
 // still sent, then the request ends "cancelled" with its blocks freed.
-// Random drafts of the full count, from an n-gram-like drafter or (mtp) the model's head.
-FakeModel::MtpDrafts random_mtp(uint64_t seed) {
-  auto rng = std::make_shared<std::mt19937_64>(seed);
-  return [rng](const std::vector<int32_t>&, int count) {
-    std::vector<int32_t> chain(static_cast<size_t>(count));
-    for (int32_t& t : chain) t = static_cast<int32_t>((*rng)() % kVocab);
-    return chain;
-  };
-}
-
 void test_cancel_in_verify(bool recurrent, bool mtp) {
   const Tokenizer tok = letters_tokenizer();
   FakeModel model(2, 16, 1 + 2 * 16, 4, 64);

@@ -52,6 +52,9 @@ void to_device(void* dst, const void* src, size_t bytes) {
 void to_host(void* dst, const void* src, size_t bytes) {
   if (dst != src) std::memcpy(dst, src, bytes);
 }
+void copy_on_device(void* dst, const void* src, size_t bytes) {
+  if (dst != src) std::memcpy(dst, src, bytes);
+}
 void synchronize() {}
 
 // The CPU has no graphs: every step runs its kernels directly.

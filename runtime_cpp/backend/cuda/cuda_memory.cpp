@@ -140,6 +140,11 @@ void to_device(void* dst, const void* src, size_t bytes) {
               "to_device");
 }
 
+void copy_on_device(void* dst, const void* src, size_t bytes) {
+  cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda::stream()),
+              "copy_on_device");
+}
+
 void to_host(void* dst, const void* src, size_t bytes) {
   cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda::stream()), "to_host");
 }

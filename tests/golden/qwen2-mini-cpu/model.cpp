@@ -265,6 +265,7 @@ const ModelInfo& compiled_model_info() {
                               kVocab, kMaxContext, kPrefillChunk, kLayers, kMaxConcurrency, kBlockSize,
                               kBlocks, kBlocksPerSeq, size_t(1024),
                               "f16", 0,
+                              /*state_checkpoints=*/0,
                               /*prefill_align=*/1,
                               kMaxLogitRows, "none", /*max_draft_tokens=*/0};
   return info;
