@@ -333,9 +333,10 @@ def test_hybrid_compiles_verifies_and_links_for_every_gpu_target(hybrid_verified
         assert mine[0][0] == 1 and mine[-1][1] == PREFILL_CHUNK
         assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(mine))
     memory = report["plan"]["memory"]
-    assert memory["state_slots"] == 4 + 1
+    assert memory["state_slots"] == 4 + 4 + 1  # sequences, prefix-cache checkpoints, padding
     model_cpp = (out / "src" / "model.cpp").read_text()
-    assert "constexpr int kStateSlots = 5;" in model_cpp
+    assert "constexpr int kStateSlots = 9;" in model_cpp
+    assert "constexpr int kStateCheckpoints = 4;" in model_cpp
     # padding rows run in the spare state slot, saving nothing
     assert "stage_state_[i] = !real ? kStateSlots - 1 :" in model_cpp
     assert "stage_save_[i] = real && b.save_slots ? b.save_slots[i] : -1;" in model_cpp

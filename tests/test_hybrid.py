@@ -18,12 +18,20 @@ import os
 import re
 import signal
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import TEST_MODELS, CompiledModel, compile_once, read_response, send_completion
+from conftest import (
+    TEST_MODELS,
+    CompiledModel,
+    checkpoint,
+    compile_once,
+    read_response,
+    send_completion,
+)
 from ninfer.bench.hf_reference import greedy_cached
 from ninfer.runtime import Server
 
@@ -171,8 +179,9 @@ def test_quantized_hybrids_plan_their_formats_and_stay_near_f32(qwen35_model,
     plan = report["plan"]
     assert set(plan["weights"]) >= {"gdn_qkv", "gdn_z", "gdn_ba", "gdn_out", "q_gate", "q"}
     assert set(plan["weights"].values()) == {"q8g32"}
-    assert plan["kv"]["dtype"] == "int8" and plan["memory"]["state_bytes"] == 8 * 3 * 4 * (
-        3 * 256 + 4 * 32 * 32)  # slots x GDN layers x f32 x (conv taps x channels + state)
+    assert plan["kv"]["dtype"] == "int8" and plan["memory"]["state_bytes"] == 16 * 3 * 4 * (
+        3 * 256 + 4 * 32 * 32)  # slots (8 + 8 checkpoints) x GDN layers x f32 x (conv taps
+    # x channels + state)
     ids = np.random.default_rng(3).integers(0, 2000, 60).tolist()
     f32 = load_engine(qwen35_model.out_dir, threads=2)
     q8 = load_engine(quantized_hybrids["q8g32"], threads=2)
@@ -190,7 +199,8 @@ def test_quantized_hybrids_plan_their_formats_and_stay_near_f32(qwen35_model,
 def test_memory_plan_counts_the_state_and_only_attention_layers_hold_kv(qwen35_model):
     """The plan of the tiny Qwen3.5 (3 GDN layers, 1 attention layer): KV blocks for the
     attention layer only, the recurrent state of every slot counted, an over-full budget
-    refused with the state in the numbers, a GPU target refused."""
+    refused with the state in the numbers, a GPU target refused; the prefix cache's state
+    checkpoints (one per sequence slot by default) counted with them."""
     from ninfer.frontend.checkpoint import open_checkpoint
     from ninfer.frontend.llama import build_graph
     from ninfer.plan import PlanError, ServeLimits, make_plan
@@ -201,28 +211,38 @@ def test_memory_plan_counts_the_state_and_only_attention_layers_hold_kv(qwen35_m
     plan = make_plan(graph, load_target("cpu"), limits)
     kv_heads, d = graph.config.num_kv_heads, graph.config.head_dim
     assert plan.kv.bytes_per_block == 2 * 1 * 16 * kv_heads * d * 4  # k and v, 1 layer
-    assert plan.memory.state_bytes == 8 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
+    # 8 sequence slots and 8 checkpoints x 3 GDN layers x f32 x (conv taps x channels + state)
+    assert plan.limits.state_checkpoints == 8 and plan.memory.state_slots == 16
+    assert plan.memory.state_bytes == 16 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
     assert plan.memory.total_bytes == (plan.memory.weights_bytes + plan.memory.kv_bytes
                                        + plan.memory.activation_bytes
                                        + plan.memory.workspace_bytes + plan.memory.state_bytes)
     one_sequence = (limits.blocks_per_seq + 1) * plan.kv.bytes_per_block
     tight = load_target("cpu").with_overrides(memory_gib=(
         plan.memory.total_bytes - plan.memory.kv_bytes + one_sequence // 2) / 2**30)
-    with pytest.raises(PlanError, match=r"recurrent state 0\.\d MiB \(8 slots\) leave"):
+    with pytest.raises(PlanError, match=r"recurrent state 0\.\d MiB \(16 slots\) leave.*"
+                                        r"lower --state-checkpoints \(8\)"):
         make_plan(graph, tight, limits)
+    none = make_plan(graph, load_target("cpu"), replace(limits, state_checkpoints=0))
+    assert none.memory.state_slots == 8 and none.kernels["gdn_recurrent"].max_seqs == 8
     # on CUDA one more slot: the padding rows' of replayed step graphs
     gpu = make_plan(graph, load_target("rtx4080s"), limits)
-    assert gpu.memory.state_slots == 9
-    assert gpu.memory.state_bytes == 9 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
-    assert gpu.kernels["gdn_recurrent"].max_seqs == gpu.kernels["gdn_conv"].max_seqs == 9
+    assert gpu.memory.state_slots == 17
+    assert gpu.memory.state_bytes == 17 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
+    assert gpu.kernels["gdn_recurrent"].max_seqs == gpu.kernels["gdn_conv"].max_seqs == 17
     # speculation: each sequence also keeps the states after a verify step's draft rows,
     # 1 + max_draft_tokens slots per sequence
     spec = ServeLimits(max_context=256, prefill_chunk=64, max_concurrency=8, kv_dtype="f32",
                        spec="ngram", max_draft_tokens=4)
     cpu = make_plan(graph, load_target("cpu"), spec)
-    assert cpu.memory.state_slots == 8 * 5 == cpu.kernels["gdn_recurrent"].max_seqs
-    assert cpu.memory.state_bytes == 40 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
-    assert make_plan(graph, load_target("rtx4080s"), spec).memory.state_slots == 41
+    assert cpu.memory.state_slots == 8 * 5 + 8 == cpu.kernels["gdn_recurrent"].max_seqs
+    assert cpu.memory.state_bytes == 48 * 3 * 4 * (3 * 256 + 4 * 32 * 32)
+    assert make_plan(graph, load_target("rtx4080s"), spec).memory.state_slots == 49
+    # a dense model has no state to checkpoint
+    dense = build_graph(open_checkpoint(checkpoint("qwen3-tiny")[0]))
+    assert make_plan(dense, load_target("cpu"), limits).limits.state_checkpoints == 0
+    with pytest.raises(PlanError, match="no recurrent state"):
+        make_plan(dense, load_target("cpu"), replace(limits, state_checkpoints=2))
 
 
 def test_every_layer_sparse_qwen35_moe_matches_transformers(qwen35moe_model):

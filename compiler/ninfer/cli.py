@@ -71,7 +71,7 @@ console = Console(stderr=True)
 @click.option("--state-checkpoints", type=click.IntRange(min=0),
               help="Hybrid models' prefix cache: slots that keep the Gated DeltaNet state "
                    "after a cached prompt prefix (a cache hit needs one; counted in the memory "
-                   "plan). Default: 2 per sequence slot; 0 turns the hybrid's prefix caching "
+                   "plan). Default: 1 per sequence slot; 0 turns the hybrid's prefix caching "
                    "off. Dense models cache KV blocks only and take no checkpoints.")
 @click.option("--memory-gib", type=click.FloatRange(min=0, min_open=True),
               help="Override the target's memory budget.")

@@ -60,9 +60,9 @@ MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head",
 # penalties' tokens): logit_bias entries and min_tokens' stop ids.
 SAMPLER_EXTRA_EDITS = 1024
 SAMPLER_TOP_LOGPROBS = 20  # Engine::kMaxLogprobs
-# --state-checkpoints auto: per sequence slot (a turn's checkpoint can outlive the turn
-# while each running sequence writes its own prompt's)
-DEFAULT_CHECKPOINTS_PER_SLOT = 2
+# --state-checkpoints auto: per sequence slot (each running conversation's latest prompt;
+# a 27B-class hybrid's state is tens of MiB per slot, so more is the user's call)
+DEFAULT_CHECKPOINTS_PER_SLOT = 1
 # CLI name of a weight format -> MatmulSpec.wdtype
 FORMAT_WDTYPES = {"f32": "float32", "f16": "f16", "bf16": "bf16", "q8g32": "q8g32",
                   "q4g64": "q4g64", "q4g128": "q4g128"}
@@ -389,7 +389,10 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
             f"{_size(max(0, left))} for the KV cache, which needs {_size(kv_need)} for "
             f"{max(blocks, need) - 1} blocks of {bs} tokens ({block_bytes} B each in {kvd}; "
             f"at least one sequence of {limits.max_context} tokens); lower --max-context or "
-            "--kv-capacity, pick a smaller --kv-dtype, or raise --memory-gib")
+            "--kv-capacity, pick a smaller --kv-dtype"
+            + (f", lower --state-checkpoints ({limits.state_checkpoints})"
+               if state_bytes and limits.state_checkpoints else "")
+            + ", or raise --memory-gib")
     per_token = {f: 2 * attn_layers * pool_bytes_per_row(f, cfg.num_kv_heads, d)
                  for f in KV_DTYPES if _suits(f, d)}
     kv = KvPlan(bs, blocks, block_bytes, kvd,
