@@ -111,7 +111,9 @@ def test_moe_hybrid_streams_in_one_batch_equal_transformers(qwen3next_model):
 def test_n_choices_each_prefill_their_own_prompt(hybrid):
     """n > 1 on a dense model shares the prompt's KV blocks between the choices; a hybrid's
     choices cannot (their recurrent state is not in the blocks), so each prefills the
-    prompt in its own slot and every greedy choice equals the solo run."""
+    prompt in its own slot, here from the solo run's cached prefix and state checkpoint
+    (each choice restores it into its own slot), and every greedy choice equals the solo
+    run."""
     _, srv = hybrid
     ids = _prompts()[2]
     solo = srv.client.post("/v1/completions", json=_body(ids)).json()["choices"][0]["token_ids"]
@@ -120,8 +122,11 @@ def test_n_choices_each_prefill_their_own_prompt(hybrid):
     r = srv.client.post("/v1/completions", json=_body(ids, n=3))
     assert r.status_code == 200, r.text
     assert [c["token_ids"] for c in r.json()["choices"]] == [solo] * 3
-    # each choice: the whole prompt, then a decode row for each token after its first
-    assert _metric(srv, rows) - before == 3 * (len(ids) + 31)
+    cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached == (len(ids) - 1) // 16 * 16  # the solo prompt's last checkpoint
+    # each choice: the prompt after the cached prefix, then a decode row for each token
+    # after its first
+    assert _metric(srv, rows) - before == 3 * (len(ids) - cached + 31)
 
 
 def test_state_slots_are_freed_by_cancellation_and_reused_from_zero(hybrid):
