@@ -338,13 +338,37 @@ void test_four_streams(const Config& c) {
   CHECK(metric(metrics.render(), "ninfer:kv_blocks_used") == 0);
 }
 
+// Runs `reqs` `group` at a time on a caching engine over `c`'s model, checks every output
+// against the cold engine's and that no block is left held; returns the metrics page.
+std::string serve_in_groups(const Config& c, const std::vector<GenerationRequest>& reqs,
+                            size_t group, const std::string& what) {
+  const Tokenizer tok = letters_tokenizer();
+  const auto want = cold(c, reqs);
+  auto model = make_model(c);
+  Metrics metrics;
+  std::vector<Outcome> got;
+  {
+    Engine engine(*model, tok, {kEos}, options(c, true, &metrics));
+    for (size_t i = 0; i < reqs.size(); i += group) {
+      const size_t end = std::min(reqs.size(), i + group);
+      const std::vector<GenerationRequest> part(reqs.begin() + i, reqs.begin() + end);
+      const auto out = run_together(engine, part);
+      got.insert(got.end(), out.begin(), out.end());
+    }
+  }
+  check_same(want, got, describe(c) + " " + what);
+  const std::string text = metrics.render();
+  CHECK(metric(text, "ninfer:kv_blocks_used") == 0);
+  CHECK(metric(text, "ninfer:prefix_cache_hits_total") > 0);
+  return text;
+}
+
 // A pool that holds two requests: every new prompt evicts cached blocks, least recently
 // used first, and the outputs stay the cold engine's; the families' prefixes come back.
 void test_eviction(const Config& base) {
   Config c = base;
   c.concurrency = 2;
   c.kv_blocks = 1 + 2 * 24;
-  const Tokenizer tok = letters_tokenizer();
   std::mt19937 rng(21);
   std::vector<Tokens> families;
   for (int f = 0; f < 4; ++f) families.push_back(random_tokens(rng, 24 + f * 8));
@@ -355,23 +379,8 @@ void test_eviction(const Config& base) {
     p.insert(p.end(), tail.begin(), tail.end());
     reqs.push_back(request(p, 3 + static_cast<int>(rng() % 12), i));
   }
-  const auto want = cold(c, reqs);
-  auto model = make_model(c);
-  Metrics metrics;
-  std::vector<Outcome> got;
-  {
-    Engine engine(*model, tok, {kEos}, options(c, true, &metrics));
-    for (size_t i = 0; i < reqs.size(); i += 2) {
-      std::vector<GenerationRequest> two(reqs.begin() + i, reqs.begin() + i + 2);
-      const auto out = run_together(engine, two);
-      got.insert(got.end(), out.begin(), out.end());
-    }
-  }
-  check_same(want, got, describe(c) + " eviction");
-  const std::string text = metrics.render();
+  const std::string text = serve_in_groups(c, reqs, 2, "eviction");
   CHECK(metric(text, "ninfer:prefix_cache_evictions_total") > 0);
-  CHECK(metric(text, "ninfer:prefix_cache_hits_total") > 0);
-  CHECK(metric(text, "ninfer:kv_blocks_used") == 0);
 }
 
 // A pool too small for the running set: sequences holding shared cached blocks are
@@ -380,7 +389,6 @@ void test_preemption(const Config& base) {
   Config c = base;
   c.concurrency = 4;
   c.kv_blocks = 1 + 30;
-  const Tokenizer tok = letters_tokenizer();
   std::mt19937 rng(5);
   const Tokens prefix = random_tokens(rng, 20);
   std::vector<GenerationRequest> reqs;
@@ -392,23 +400,8 @@ void test_preemption(const Config& base) {
     r.ignore_eos = true;
     reqs.push_back(r);
   }
-  const auto want = cold(c, reqs);
-  auto model = make_model(c);
-  Metrics metrics;
-  std::vector<Outcome> got;
-  {
-    Engine engine(*model, tok, {kEos}, options(c, true, &metrics));
-    for (size_t i = 0; i < reqs.size(); i += 4) {
-      std::vector<GenerationRequest> four(reqs.begin() + i, reqs.begin() + i + 4);
-      const auto out = run_together(engine, four);
-      got.insert(got.end(), out.begin(), out.end());
-    }
-  }
-  check_same(want, got, describe(c) + " preemption");
-  const std::string text = metrics.render();
+  const std::string text = serve_in_groups(c, reqs, 4, "preemption");
   CHECK(metric(text, "ninfer:num_preemptions_total") > 0);
-  CHECK(metric(text, "ninfer:prefix_cache_hits_total") > 0);
-  CHECK(metric(text, "ninfer:kv_blocks_used") == 0);
 }
 
 // A request that starts from the blocks of a prompt still being prefilled, whose request
