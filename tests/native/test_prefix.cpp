@@ -169,6 +169,36 @@ Tokens random_tokens(std::mt19937& rng, int n) {
   return t;
 }
 
+// `prefix` followed by `n` random tokens.
+Tokens with_tail(const Tokens& prefix, std::mt19937& rng, int n) {
+  Tokens p = prefix;
+  const Tokens tail = random_tokens(rng, n);
+  p.insert(p.end(), tail.begin(), tail.end());
+  return p;
+}
+
+struct Families {
+  int count, len0, len_step;  // random prefixes of len0, len0 + len_step, ... tokens
+};
+struct NewTokens {
+  int min, span;  // max_tokens in min .. min + span - 1
+};
+
+// `n` requests, each one of the families' prefixes (drawn at random) and 1..max_tail random
+// tokens after it.
+std::vector<GenerationRequest> family_requests(std::mt19937& rng, Families f, int n, int max_tail,
+                                               NewTokens out) {
+  std::vector<Tokens> prefixes;
+  for (int i = 0; i < f.count; ++i) prefixes.push_back(random_tokens(rng, f.len0 + i * f.len_step));
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    const Tokens& prefix = prefixes[rng() % prefixes.size()];
+    const Tokens p = with_tail(prefix, rng, 1 + static_cast<int>(rng() % max_tail));
+    reqs.push_back(request(p, out.min + static_cast<int>(rng() % out.span), i));
+  }
+  return reqs;
+}
+
 struct Config {
   bool recurrent = false;
   int checkpoints = 0;
@@ -370,15 +400,7 @@ void test_eviction(const Config& base) {
   c.concurrency = 2;
   c.kv_blocks = 1 + 2 * 24;
   std::mt19937 rng(21);
-  std::vector<Tokens> families;
-  for (int f = 0; f < 4; ++f) families.push_back(random_tokens(rng, 24 + f * 8));
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 40; ++i) {
-    Tokens p = families[rng() % families.size()];
-    const Tokens tail = random_tokens(rng, 1 + static_cast<int>(rng() % 9));
-    p.insert(p.end(), tail.begin(), tail.end());
-    reqs.push_back(request(p, 3 + static_cast<int>(rng() % 12), i));
-  }
+  const std::vector<GenerationRequest> reqs = family_requests(rng, {4, 24, 8}, 40, 9, {3, 12});
   const std::string text = serve_in_groups(c, reqs, 2, "eviction");
   CHECK(metric(text, "ninfer:prefix_cache_evictions_total") > 0);
 }
@@ -393,10 +415,7 @@ void test_preemption(const Config& base) {
   const Tokens prefix = random_tokens(rng, 20);
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 12; ++i) {
-    Tokens p = prefix;
-    const Tokens tail = random_tokens(rng, 1 + i % 6);
-    p.insert(p.end(), tail.begin(), tail.end());
-    GenerationRequest r = request(p, 30 + i % 20, i);
+    GenerationRequest r = request(with_tail(prefix, rng, 1 + i % 6), 30 + i % 20, i);
     r.ignore_eos = true;
     reqs.push_back(r);
   }
@@ -476,15 +495,7 @@ void test_soak(const Config& base) {
   c.kv_blocks = 1 + 40;
   const Tokenizer tok = letters_tokenizer();
   std::mt19937 rng(99);
-  std::vector<Tokens> families;
-  for (int f = 0; f < 5; ++f) families.push_back(random_tokens(rng, 8 + f * 7));
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 600; ++i) {
-    Tokens p = families[rng() % families.size()];
-    const Tokens tail = random_tokens(rng, 1 + static_cast<int>(rng() % 12));
-    p.insert(p.end(), tail.begin(), tail.end());
-    reqs.push_back(request(p, 1 + static_cast<int>(rng() % 20), i));
-  }
+  const std::vector<GenerationRequest> reqs = family_requests(rng, {5, 8, 7}, 600, 12, {1, 20});
   const auto want = cold(c, reqs);
   auto model = make_model(c);
   Metrics metrics;
