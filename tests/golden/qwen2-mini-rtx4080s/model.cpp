@@ -286,7 +286,6 @@ class GeneratedModel final : public Model {
              std::to_string(kBlocks));
   }
 
-
   backend::Arena mem_;  // owns every buffer below (declared first: freed last)
   const float *embed_, *final_norm_, *rope_cos_, *rope_sin_;
   const float* lm_head_;
