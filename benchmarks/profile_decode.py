@@ -1,0 +1,130 @@
+"""Where a decode step goes: the kernel profile (NINFER_PROFILE=1) of bench_llamacpp's
+models, decode steps only, with the GB/s each gemv reads.
+
+    .venv/bin/python benchmarks/profile_decode.py --format q4g64
+    .venv/bin/python benchmarks/profile_decode.py --format f16 --model qwen35   # the hybrid
+
+Compiles (or reuses) the same build as bench_llamacpp's ninfer side (build/bench/<model>-cpu-
+<format>, f16 KV cache) and, with the profile on, runs 64 single-token warm-up steps and
+then --steps timed ones (contexts 64 to 64 + steps); a second run of the warm-up alone is
+subtracted from the profile, so what is left is the timed steps' (a kernel of one call a
+step, such as the embedding, keeps some of the two runs' difference in page-cache state). Prints
+tokens/s and ms per token, the gemv weight bytes per token x tokens/s (GB/s), and every
+kernel's calls per token, microseconds per call and share of kernel time; a gemv's row
+also shows its matrix bytes / time per call. A read probe (ninfer.bench.roofline, same
+threads, over at least 2 GB so that no cache holds it) is taken right after, so the
+figures sit beside the bandwidth of the same minute.
+
+Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
+command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import bench_llamacpp as bench
+
+PROMPT = 64
+
+
+def _build(model: str, fmt: str) -> Path:
+    from ninfer.pipeline import CompileOptions, compile_model
+
+    if model == "qwen35":
+        from ninfer.bench.checkpoints import build_checkpoint
+
+        ckpt = bench.bench_dir() / bench.HYBRID_NAME
+        build_checkpoint(ckpt, "hybrid")
+    else:
+        ckpt = bench.build_checkpoint(bench.bench_dir() / "qwen3-0.5b")
+    out = bench.bench_dir() / f"{ckpt.name}-cpu-{fmt}"
+    compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id=f"{ckpt.name}-{fmt}",
+                                 max_context=bench.N_CTX, prefill_chunk=bench.PREFILL_TOKENS,
+                                 weights=fmt, kv_dtype="f16"))
+    return out
+
+
+def _worker(build: Path, threads: int, steps: int) -> None:
+    from ninfer.runtime.engine import load_engine
+
+    engine = load_engine(build, threads=threads)
+    for i in range(PROMPT):
+        engine.forward([5 + i], i)
+    t0 = time.perf_counter()
+    for i in range(steps):
+        engine.forward([7], PROMPT + i)
+    if steps:
+        print(f"DECODE {steps / (time.perf_counter() - t0):.3f}", flush=True)
+
+
+_ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)%\s+(\S+)$")
+_GEMV = re.compile(r"^matmul_k(\d+)_n(\d+)_(\w+?)(?:_p\d+)?_gemv$")
+
+
+def _gemv_bytes(name: str) -> float | None:
+    m = _GEMV.match(name)
+    if not m:
+        return None
+    k, n, fmt = int(m[1]), int(m[2]), m[3]
+    return k * n * bench._bytes_per_weight(fmt)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--format", default="q4g64", help="f32, f16, bf16, q8g32, q4g64, q4g128")
+    ap.add_argument("--model", choices=("qwen3", "qwen35"), default="qwen3")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        _worker(Path(args.worker), args.threads, args.steps)
+        return
+    build = _build(args.model, args.format)
+    env = {**os.environ, "NINFER_PROFILE": "1", "TVM_NUM_THREADS": str(args.threads)}
+    # The profile counts every call of a process, the first touches of the weights
+    # included: a run of the warm-up steps alone is subtracted from a run with the timed
+    # steps after them.
+    runs = []
+    for steps in (0, args.steps):
+        proc = subprocess.run([sys.executable, __file__, "--worker", str(build), "--threads",
+                               str(args.threads), "--steps", str(steps)],
+                              env=env, capture_output=True, text=True, check=True)
+        calls = {}
+        for line in proc.stderr.splitlines():
+            if m := _ROW.match(line):
+                calls[m[4]] = (int(m[1]), int(m[1]) * float(m[2]) * 1e-6)
+        runs.append((calls, proc.stdout))
+    (warm, _), (full, out) = runs
+    rate = float(next(line.split()[1] for line in out.splitlines() if line.startswith("DECODE ")))
+    per_call = {}
+    for name, (n, sec) in full.items():
+        n0, sec0 = warm.get(name, (0, 0.0))
+        if n > n0:
+            per_call[name] = (n - n0, max(sec - sec0, 0.0))
+    steps = args.steps
+    total = sum(sec for _, sec in per_call.values())
+    token_bytes = sum((_gemv_bytes(k) or 0.0) * n for k, (n, _) in per_call.items()) / steps
+    from ninfer.bench.roofline import measure
+
+    roof = measure(max(int(token_bytes), 2_000_000_000), args.threads)
+    print(f"{args.model} {args.format}: {rate:.1f} tok/s, {1e3 / rate:.2f} ms a token;"
+          f" gemv weights {token_bytes / 1e9:.3f} GB a token = {token_bytes * rate / 1e9:.1f} GB/s")
+    print(roof.describe())
+    print(f"{'calls/token':>11} {'us/call':>9} {'share':>6} {'GB/s':>6}  kernel")
+    for name, (calls, sec) in sorted(per_call.items(), key=lambda kv: -kv[1][1]):
+        nbytes = _gemv_bytes(name)
+        gbps = f"{nbytes * calls / sec / 1e9:6.1f}" if nbytes else " " * 6
+        print(f"{calls / steps:11.2f} {1e6 * sec / calls:9.2f} {100 * sec / total:5.1f}%"
+              f" {gbps}  {name}")
+
+
+if __name__ == "__main__":
+    main()
