@@ -19,12 +19,17 @@ round (--rounds; medians are reported, and each round's ratio):
     the best 16-step window, see `_measure`);
   - prefill: tokens/s of one 256-token prompt.
 The roofline comes from ninfer.bench.roofline: a multi-threaded C read loop over a buffer of
-the model's weight size (same threads, best of 5, with and without huge pages) and the FMA
-peak (the widest vectors the host has), measured before the first round and again in every
-round between the two engines; the best of them counts. Each decode figure is printed with
-the fraction of the read bandwidth it reaches (weight bytes read per token x tokens/s /
-bandwidth; the KV cache, ~5% here, is not counted), each prefill figure with the fraction
-of the FMA peak (2 x parameters read x tokens/s / peak).
+the model's weight size (same threads, best pass of a plain and of prefetched multi-stream
+read patterns, with and without huge pages) and the FMA peak (the widest vectors the host
+has), measured before the first round and again after every engine run. Each decode
+figure is printed with the fraction of the read bandwidth it reaches: bytes read per token
+(the weights, plus what a step reads besides them in both engines alike: the KV cache at
+the timed steps' mean context and a hybrid's recurrent state, read and written; see
+`state_bytes_per_token`) x tokens/s / bandwidth, against the best probe of the whole run
+("of bw") and, as the median over rounds, against the better of the two probes taken
+right before and after each run ("loc": this VM's bandwidth moves by a third over
+minutes, and a run is set against the bandwidth of its own minutes). Each prefill figure
+is printed with the fraction of the FMA peak (2 x parameters read x tokens/s / peak).
 
 `--model qwen35`: the ~0.5B Qwen3.5 hybrid of ninfer.bench.checkpoints (18 Gated DeltaNet
 and 6 gated-attention layers, fp32 safetensors), converted by llama.cpp's own converter
@@ -115,6 +120,25 @@ def _prod(shape: tuple[int, ...]) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def state_bytes_per_token(cfg: dict[str, Any], context: float, kv_bytes: int = 2) -> float:
+    """Bytes a decode step moves besides the weights, the same in both engines: the K and V
+    of every attention layer up to `context` (f16, both engines' default KV type), and each
+    Gated DeltaNet layer's recurrent and conv state (float32 in both), read and written."""
+    layers = cfg["num_hidden_layers"]
+    types = cfg.get("layer_types") or ["full_attention"] * layers
+    attn = sum(t == "full_attention" for t in types)
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    kv = attn * 2 * cfg["num_key_value_heads"] * head_dim * context * kv_bytes
+    gdn = sum(t == "linear_attention" for t in types)
+    if not gdn:
+        return kv
+    kd, vd = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    kh, vh = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    recurrent = vh * kd * vd * 4
+    conv = (2 * kh * kd + vh * vd) * (cfg["linear_conv_kernel_dim"] - 1) * 4
+    return kv + gdn * 2 * (recurrent + conv)
 
 
 HYBRID_NAME = "qwen3-hybrid"  # ninfer.bench.checkpoints' "hybrid" size, as bench_decode
@@ -338,21 +362,30 @@ def main() -> None:
     from ninfer.bench.gguf_export import weight_bytes_per_token
 
     roof_bytes = int(max(weight_bytes_per_token(paths[q]) for q, _ in wanted))
-    # The VM's bandwidth moves by a third over minutes: the roofline is measured in every
-    # round, between the engines, and the best of those counts.
+    # The VM's bandwidth moves by a third over minutes: the roofline is measured between
+    # every two engine runs, the best of them all counts for "of bw", and each run is also
+    # set against the better of the two probes beside it ("local").
     roofs = [measure(roof_bytes, args.threads)]
     print(roofs[-1].describe(), flush=True)
+
+    def beside(run: Callable[[], Rates], locals_: list[float]) -> Rates:
+        before = roofs[-1]
+        rates = run()
+        roofs.append(measure(roof_bytes, args.threads))
+        locals_.append(max(before.best_read_gbps, roofs[-1].best_read_gbps))
+        return rates
 
     rows = []
     for qtype, fmt in wanted:
         refs: list[Rates] = []
         ours: list[Rates] = []
+        ref_bw: list[float] = []  # the local read bandwidth of each run
+        our_bw: list[float] = []
         for _ in range(args.rounds):
-            refs.append(run_worker("llamacpp", str(paths[qtype]), args))
-            roofs.append(measure(roof_bytes, args.threads))
+            refs.append(beside(lambda: run_worker("llamacpp", str(paths[qtype]), args), ref_bw))
             if not args.no_ninfer:
-                ours.append(run_worker("ninfer", fmt, args))
-        rows.append((qtype, fmt, refs, ours))
+                ours.append(beside(lambda: run_worker("ninfer", fmt, args), our_bw))
+        rows.append((qtype, fmt, refs, ours, ref_bw, our_bw))
         print(f"  measured {qtype} / {fmt}; {roofs[-1].describe()}", flush=True)
     roof = best_of(roofs)
 
@@ -375,21 +408,27 @@ def main() -> None:
     print(f"median of the {len(roofs)} rooflines' read: "
           f"{statistics.median(r.best_read_gbps for r in roofs):.1f} GB/s")
     bw, peak = roof.best_read_gbps, roof.fma_gflops
-    print(f"{'llama.cpp':<10}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'prefill':>9}{'of pk':>6}"
-          f"   {'ninfer':<7}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'prefill':>9}{'of pk':>6}"
-          f"   {'dec x':>6}{'pre x':>6}  per-round dec x")
+    # the mean context of the timed decode steps
+    state = state_bytes_per_token(m, DECODE_CONTEXT + args.decode_tokens / 2)
+    print(f"bytes a decode step reads besides the weights (KV cache at context "
+          f"{DECODE_CONTEXT + args.decode_tokens // 2}, recurrent state read and written): "
+          f"{state / 1e6:.1f} MB, counted in GB/tok for both engines")
+    print(f"{'llama.cpp':<10}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'loc':>5}{'prefill':>9}"
+          f"{'of pk':>6}   {'ninfer':<7}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'loc':>5}"
+          f"{'prefill':>9}{'of pk':>6}   {'dec x':>6}{'pre x':>6}  per-round dec x")
 
-    def cells(r: Rates | None) -> str:
+    def cells(r: Rates | None, runs: list[Rates], local_bw: list[float]) -> str:
         if r is None:
-            return f"{'(not run)':>43}"
+            return f"{'(not run)':>48}"
         if r.note:
-            return f"{'(' + r.note + ')':>43}"
-        frac = r.bytes_per_token * r.decode / 1e9 / bw
+            return f"{'(' + r.note + ')':>48}"
+        frac = (r.bytes_per_token + state) * r.decode / 1e9 / bw
+        local = _local_fraction(runs, local_bw, state)
         flops = 2.0 * read * r.prefill / 1e9 / peak
-        return (f"{r.bytes_per_token / 1e9:>7.3f}{r.decode:>7.1f}/s{frac:>6.0%}"
-                f"{r.prefill:>7.0f}/s{flops:>6.0%}")
+        return (f"{(r.bytes_per_token + state) / 1e9:>7.3f}{r.decode:>7.1f}/s{frac:>6.0%}"
+                f"{local:>5.0%}{r.prefill:>7.0f}/s{flops:>6.0%}")
 
-    for qtype, fmt, refs, ours in rows:
+    for qtype, fmt, refs, ours, ref_bw, our_bw in rows:
         ref, mine = _median(refs), _median(ours)
         ratio = per_round = ""
         if ref and mine and not ref.note and not mine.note:
@@ -397,15 +436,26 @@ def main() -> None:
             per_round = " ".join(f"{o.decode / r.decode:.2f}" for r, o in zip(refs, ours,
                                                                                   strict=True)
                                  if r.decode and o.decode)
-        print(f"{qtype:<10}{cells(ref)}   {fmt:<7}{cells(mine)}   {ratio}  {per_round}")
-    for qtype, _, refs, _ in rows:
+        print(f"{qtype:<10}{cells(ref, refs, ref_bw)}   {fmt:<7}{cells(mine, ours, our_bw)}"
+              f"   {ratio}  {per_round}")
+    for qtype, _, refs, *_ in rows:
         ref = _median(refs)
         if ref and ref.decode and ref.eval_decode:
             cost = 1e6 / ref.eval_decode - 1e6 / ref.decode
             print(f"llama.cpp {qtype} through Llama.eval: {ref.eval_decode:.1f} tok/s "
                   f"({cost:+.0f} us per token against llama_decode)")
-    print("ratios: ninfer / llama.cpp; of bw: weight bytes per token x tokens/s / read "
-          "bandwidth; of pk: 2 x parameters read x tokens/s / FMA peak")
+    print("ratios: ninfer / llama.cpp; of bw: bytes read per token x tokens/s / the best "
+          "read bandwidth of the run; loc: the median over rounds of the same against the "
+          "better of the two probes taken right before and after that run; of pk: 2 x "
+          "parameters read x tokens/s / FMA peak")
+
+
+def _local_fraction(runs: list[Rates], local_bw: list[float], state: float) -> float:
+    """The median over runs of (GB/s read: weights and `state` bytes a token) / (the read
+    bandwidth probed beside the run), failed runs left out."""
+    fracs = [(r.bytes_per_token + state) * r.decode / 1e9 / b
+             for r, b in zip(runs, local_bw, strict=True) if not r.note and b > 0]
+    return statistics.median(fracs) if fracs else 0.0
 
 
 def _median(runs: list[Rates]) -> Rates | None:

@@ -248,12 +248,12 @@ def test_roofline_best_of_takes_each_figure_at_its_best():
     from ninfer.bench.roofline import Roofline, best_of
 
     a = Roofline(2, read_gbps=20.0, read_huge_gbps=30.0, fma_gflops=100.0, buffer_bytes=1,
-                 fma_256_gflops=60.0)
+                 fma_256_gflops=60.0, read_plain_gbps=19.0)
     b = Roofline(2, read_gbps=25.0, read_huge_gbps=28.0, fma_gflops=90.0, buffer_bytes=1,
-                 fma_256_gflops=70.0)
+                 fma_256_gflops=70.0, read_plain_gbps=18.0)
     best = best_of([a, b])
-    assert (best.read_gbps, best.read_huge_gbps, best.fma_gflops, best.fma_256_gflops) == (
-        25.0, 30.0, 100.0, 70.0)
+    assert (best.read_gbps, best.read_huge_gbps, best.fma_gflops, best.fma_256_gflops,
+            best.read_plain_gbps) == (25.0, 30.0, 100.0, 70.0, 19.0)
     assert best.best_read_gbps == 30.0
     with pytest.raises(ValueError):
         best_of([])
@@ -261,7 +261,8 @@ def test_roofline_best_of_takes_each_figure_at_its_best():
 
 def test_roofline_probe_builds_and_reports_each_pass():
     """The C read/FMA probe the benchmarks print their roofline from: built for this host,
-    it reports one figure per pass and the best of them."""
+    it reports one figure per pass (each read pattern in turn), each pattern's best, and
+    the best of them all."""
     import json
     import subprocess
 
@@ -270,9 +271,30 @@ def test_roofline_probe_builds_and_reports_each_pass():
     exe = roofline.probe_binary()
     out = json.loads(subprocess.run([str(exe), "read", str(64 << 20), "2", "3", "1"],
                                     capture_output=True, text=True, check=True).stdout)
-    assert len(out["runs"]) == 3 and out["gbps"] == max(out["runs"]) > 0
+    patterns = out["patterns"]
+    assert "plain" in patterns and len(patterns) >= 2
+    assert len(out["runs"]) == 3 * len(patterns) and out["gbps"] == max(out["runs"]) > 0
+    assert max(patterns.values()) == out["gbps"]
+    for i, name in enumerate(patterns):  # passes cycle through the patterns
+        assert patterns[name] == max(out["runs"][i::len(patterns)])
     assert out["bytes"] == 64 << 20
+    assert roofline.read_patterns(64 << 20, 2, repeats=1).keys() == patterns.keys()
     peak, peak_256 = roofline.fma_gflops(1, repeats=1)
     assert peak >= peak_256 > 0
     bad = subprocess.run([str(exe), "write"], capture_output=True, text=True)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def test_roofline_probe_buffer_outgrows_the_last_level_cache(monkeypatch):
+    """A cache that keeps part of a re-read buffer inflates the read probe: its buffer is
+    at least four times the last-level cache, and never smaller than the model's bytes."""
+    from ninfer.bench import roofline
+
+    monkeypatch.setattr(roofline, "last_level_cache_bytes", lambda: 480 << 20)
+    assert roofline.probe_bytes(1 << 30) == 4 * (480 << 20)
+    assert roofline.probe_bytes(3 << 30) == 3 << 30
+    monkeypatch.setattr(roofline, "last_level_cache_bytes", lambda: 0)
+    assert roofline.probe_bytes(1 << 20) == 256 << 20
+    assert roofline.last_level_cache_bytes.__module__  # the real one reads sysfs (below)
+    monkeypatch.undo()
+    assert roofline.last_level_cache_bytes() >= 0

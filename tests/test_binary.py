@@ -227,3 +227,52 @@ def test_server_runs_from_a_copied_directory(qwen3_model, tmp_path):
         shutil.copy2(qwen3_model.out_dir / name, tmp_path / name)
     with Server(tmp_path, threads=1) as srv:
         assert srv.client.get("/v1/models").json()["data"][0]["id"] == "qwen3-tiny"
+
+
+def _thp_never() -> bool:
+    from pathlib import Path
+
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    return thp.exists() and "[never]" in thp.read_text()
+
+
+def test_weights_are_copied_into_huge_page_memory_unless_mmap_weights(qwen3_model):
+    """On the CPU the server reads its weights out of the mapped artifact into huge-page
+    memory at start (decode streams them faster: RESULTS 2026-12-05); --mmap-weights reads
+    them in place. The process's memory maps show which, the start-up log says so, and
+    both serve the same greedy tokens."""
+    from pathlib import Path
+
+    from ninfer.runtime import Server
+
+    body = {"prompt": "Hello there", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    texts = {}
+    for extra in ((), ("--mmap-weights",)):
+        with Server(qwen3_model.out_dir, extra_args=extra) as srv:
+            assert srv.proc is not None
+            maps = Path(f"/proc/{srv.proc.pid}/maps").read_text()
+            log = "\n".join(srv.output)
+            r = srv.client.post("/v1/completions", json=body)
+            assert r.status_code == 200, r.text
+            texts[extra] = r.json()["choices"][0]["text"]
+        copied = "weights loaded into huge-page memory" in log
+        if extra or _thp_never():
+            assert "model.ninfer" in maps and not copied, log
+        else:
+            assert "model.ninfer" not in maps and copied, log
+    assert texts[()] == texts[("--mmap-weights",)]
+
+
+def test_python_engine_copies_weights_unless_mmap_weights(qwen3_model):
+    """The Python engine loads as the server does (load_engine's mmap_weights is the
+    server's --mmap-weights), with the same logits either way."""
+    import numpy as np
+
+    from ninfer.runtime.engine import load_engine
+
+    copied = load_engine(qwen3_model.out_dir, threads=2)
+    mapped = load_engine(qwen3_model.out_dir, threads=2, mmap_weights=True)
+    assert copied.weights_in_memory is not _thp_never()
+    assert mapped.weights_in_memory is False
+    ids = [3, 17, 42, 5]
+    assert np.array_equal(copied.forward(ids, 0), mapped.forward(ids, 0))

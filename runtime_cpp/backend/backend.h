@@ -79,6 +79,9 @@ GraphCounts graph_counts();
 // Prepares the backend before a model is created. CUDA: selects the GPU and refuses
 // one whose compute capability or SM count differs from the compiled target.
 void init(const Options& options);
+// Whether kernels read the weights where the artifact holds them, in host memory (the
+// CPU), rather than from copies in device memory (CUDA).
+bool host_weights();
 // One line for the start-up banner, e.g. "2 threads" or "GPU 0 (NVIDIA H200, 132 SMs)".
 std::string describe();
 

@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #define XXH_INLINE_ALL
@@ -40,6 +43,8 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
   auto fail = [&](const std::string& why) {
     if (map_) ::munmap(map_, size_);
     map_ = nullptr;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
     throw std::runtime_error(path + ": " + why);
   };
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -56,7 +61,7 @@ Artifact::Artifact(const std::string& path, const std::string& expected_target,
     fail("truncated (" + std::to_string(size_) + " bytes), not a ninfer artifact");
   }
   map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  fd_ = fd;  // kept for copy_to_huge_pages()
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
     fail(std::string("mmap failed: ") + std::strerror(errno));
@@ -152,6 +157,58 @@ void Artifact::check_manifest(const unsigned char* base, const std::string& expe
 
 Artifact::~Artifact() {
   if (map_) ::munmap(map_, size_);
+  if (owned_) ::munmap(owned_, owned_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool Artifact::copy_to_huge_pages() {
+  if (owned_) return true;
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::stringstream mode;
+  mode << thp.rdbuf();
+  // no such file (a chroot without /sys): copy anyway; madvise below is best effort
+  if (thp && mode.str().find("[never]") != std::string::npos) return false;
+  constexpr size_t kHuge = size_t{2} << 20;
+  // Over-allocate by one huge page and trim, so that the copy starts on a 2 MiB boundary
+  // (tensor offsets keep their alignment) and every page of it can be a huge one.
+  const size_t bytes = (size_ + kHuge - 1) / kHuge * kHuge;
+  void* raw = ::mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED)
+    throw std::runtime_error(path_ + ": cannot allocate " + std::to_string(bytes) +
+                             " bytes to load the weights into (" + std::strerror(errno) +
+                             "); --mmap-weights reads them in place from the file");
+  auto* start = static_cast<unsigned char*>(raw);
+  auto* aligned = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(start) + kHuge - 1) / kHuge * kHuge);
+  if (aligned > start) ::munmap(start, static_cast<size_t>(aligned - start));
+  const size_t tail = static_cast<size_t>(start + bytes + kHuge - (aligned + bytes));
+  if (tail) ::munmap(aligned + bytes, tail);
+  ::madvise(aligned, bytes, MADV_HUGEPAGE);  // best effort: 4 KiB pages if refused
+  // pread from the file that was mapped and checked: ~5x faster here than a memcpy from
+  // the mapping into huge pages (0.56 s against 2.84 s for 1 GB, RESULTS 2026-12-05)
+  for (size_t done = 0; done < size_;) {
+    const ssize_t got = ::pread(fd_, aligned + done, size_ - done, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const std::string why = got < 0 ? std::strerror(errno) : "unexpected end of file";
+      ::munmap(aligned, bytes);
+      throw std::runtime_error(path_ + ": reading the weights into memory failed at byte " +
+                               std::to_string(done) + ": " + why);
+    }
+    done += static_cast<size_t>(got);
+  }
+  const auto* base = static_cast<const unsigned char*>(map_);
+  for (auto& [name, view] : tensors_)
+    view.data = aligned + (static_cast<const unsigned char*>(view.data) - base);
+  ::mprotect(aligned, bytes, PROT_READ);  // weights are read-only, as the mapping was
+  ::munmap(map_, size_);
+  map_ = nullptr;
+  ::close(fd_);
+  fd_ = -1;
+  owned_ = aligned;
+  owned_bytes_ = bytes;
+  return true;
 }
 
 const void* Artifact::tensor(const std::string& name, const std::string& dtype,

@@ -25,15 +25,18 @@ namespace {
 
 class PyEngine {
  public:
-  PyEngine(const std::string& path, int threads) {
+  PyEngine(const std::string& path, int threads, bool mmap_weights) {
     const ModelInfo& info = compiled_model_info();
     artifact_ =
         std::make_unique<Artifact>(path, info.target, info.target_hash, true, info.build_digest);
+    if (backend::host_weights() && !mmap_weights) artifact_->copy_to_huge_pages();
     backend::init({threads, false});
     tokenizer_ =
         std::make_unique<Tokenizer>(Tokenizer::from_json(artifact_->manifest().at("tokenizer")));
     model_ = create_model(*artifact_);
   }
+
+  bool weights_in_memory() const { return artifact_->in_memory(); }
 
   // Runs `tokens` at positions pos0.. (prefill in chunks) and returns the last logits.
   py::array_t<float> forward(const std::vector<int32_t>& tokens, int pos0) {
@@ -190,7 +193,9 @@ class PyEngine {
 void ninfer_bind_engine(py::module_& m) {
   // module_local: several compiled models (each its own module) may share a process.
   py::class_<ninfer::PyEngine>(m, "Engine", py::module_local())
-      .def(py::init<const std::string&, int>(), py::arg("artifact"), py::arg("threads") = 0)
+      .def(py::init<const std::string&, int, bool>(), py::arg("artifact"), py::arg("threads") = 0,
+           py::arg("mmap_weights") = false)
+      .def_property_readonly("weights_in_memory", &ninfer::PyEngine::weights_in_memory)
       .def("forward", &ninfer::PyEngine::forward, py::arg("tokens"), py::arg("pos0") = 0,
            "Run tokens at positions pos0.. and return the last position's logits")
       .def("generate_greedy", &ninfer::PyEngine::generate_greedy, py::arg("prompt"),

@@ -122,6 +122,14 @@ void load(Loaded& l, const Options& opt, const ModelInfo& compiled, EngineOption
   l.artifact =
       std::make_unique<Artifact>(artifact_path(opt, argv0), compiled.target, compiled.target_hash,
                                  opt.verify_checksums, compiled.build_digest);
+  if (backend::host_weights() && !opt.mmap_weights) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (l.artifact->copy_to_huge_pages())
+      std::printf("ninfer-server: weights loaded into huge-page memory (%.2f GB in %.2f s)\n",
+                  static_cast<double>(l.artifact->file_bytes()) / 1e9,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    else std::printf("ninfer-server: transparent huge pages are off: weights read in place\n");
+  }
   backend::init({opt.threads, opt.allow_more_sms, opt.cuda_graphs});
   const nlohmann::json& m = l.artifact->manifest();
   l.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_json(m.at("tokenizer")));

@@ -28,6 +28,7 @@ struct Options {
   std::string request_log;
   std::string artifact;  // empty: model.ninfer beside the binary
   bool verify_checksums = true;
+  bool mmap_weights = false;  // CPU: read weights in place from the mapped artifact
   bool allow_more_sms = false;
   bool cuda_graphs = true;
   // "auto": the checkpoint's generation_config.json supplies the defaults of the sampling

@@ -31,6 +31,9 @@ def load_engine_module(out_dir: str | Path) -> ModuleType:
     return module
 
 
-def load_engine(out_dir: str | Path, threads: int = 0) -> Any:
-    """An `Engine` over the model.ninfer in `out_dir`."""
-    return load_engine_module(out_dir).Engine(str(Path(out_dir) / "model.ninfer"), threads)
+def load_engine(out_dir: str | Path, threads: int = 0, mmap_weights: bool = False) -> Any:
+    """An `Engine` over the model.ninfer in `out_dir`. On the CPU its weights are copied into
+    huge-page memory, as the server does, unless `mmap_weights` (the server's
+    --mmap-weights): then they are read in place from the mapped file."""
+    return load_engine_module(out_dir).Engine(str(Path(out_dir) / "model.ninfer"), threads,
+                                              mmap_weights)

@@ -1,5 +1,7 @@
 // backend/backend.h on the CPU: host memory; weights are read in place from the mmapped
 // artifact; init() sizes the kernel thread pool.
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -13,8 +15,14 @@ namespace ninfer::backend {
 struct Arena::Impl {
   std::vector<void*> blocks;
   void* alloc(size_t bytes) {
+    // A buffer of 2 MiB or more (a KV pool, a recurrent state, the logits) asks for
+    // transparent huge pages before its first touch: decode streams through it every step,
+    // as through the weights (Artifact::copy_to_huge_pages).
+    constexpr size_t kHuge = size_t{2} << 20;
+    const bool huge = bytes >= kHuge;
     void* p = nullptr;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) throw std::bad_alloc();
+    if (posix_memalign(&p, huge ? kHuge : 64, bytes ? bytes : 64) != 0) throw std::bad_alloc();
+    if (huge) ::madvise(p, bytes, MADV_HUGEPAGE);  // best effort
     std::memset(p, 0, bytes);
     blocks.push_back(p);
     return p;
@@ -44,6 +52,7 @@ void init(const Options& options) {
   if (options.threads > 0) cpu::set_num_threads(options.threads);
 }
 
+bool host_weights() { return true; }
 std::string describe() { return std::to_string(cpu::num_threads()) + " threads"; }
 
 void to_device(void* dst, const void* src, size_t bytes) {

@@ -130,6 +130,8 @@ void StepGraphs::run(uint64_t key, const std::function<void()>& body) {
   g_replays.fetch_add(1);
 }
 
+bool host_weights() { return false; }
+
 std::string describe() {
   return "GPU " + std::to_string(g_device.ordinal) + " (" + g_device.name + ", " +
          std::to_string(g_device.sm_count) + " SMs), CUDA graphs " + (g_graphs ? "on" : "off");
