@@ -172,6 +172,7 @@ std::unique_ptr<Model> create_model(const Artifact& artifact) {
 
 namespace backend {
 void init(const Options&) {}
+bool host_weights() { return true; }  // as the CPU: the artifact is copied at start
 std::string describe() { return "fake backend"; }
 // NINFER_FAKE_GRAPHS="CAPTURED,REPLAYS": the counters of a CUDA backend, for the tests of
 // /metrics (no graphs otherwise, as on the CPU).
