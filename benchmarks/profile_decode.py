@@ -12,7 +12,7 @@ step, such as the embedding, keeps some of the two runs' difference in page-cach
 tokens/s and ms per token, the gemv weight bytes per token x tokens/s (GB/s), and every
 kernel's calls per token, microseconds per call and share of kernel time; a gemv's row
 also shows its matrix bytes / time per call. A read probe (ninfer.bench.roofline, same
-threads, over at least 2 GB so that no cache holds it) is taken right after, so the
+threads, over a buffer no cache holds much of: roofline.probe_bytes) is taken right after, so the
 figures sit beside the bandwidth of the same minute.
 
 Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
@@ -114,7 +114,7 @@ def main() -> None:
     token_bytes = sum((_gemv_bytes(k) or 0.0) * n for k, (n, _) in per_call.items()) / steps
     from ninfer.bench.roofline import measure
 
-    roof = measure(max(int(token_bytes), 2_000_000_000), args.threads)
+    roof = measure(int(token_bytes), args.threads)
     print(f"{args.model} {args.format}: {rate:.1f} tok/s, {1e3 / rate:.2f} ms a token;"
           f" gemv weights {token_bytes / 1e9:.3f} GB a token = {token_bytes * rate / 1e9:.1f} GB/s")
     print(roof.describe())

@@ -295,6 +295,42 @@ def test_roofline_probe_buffer_outgrows_the_last_level_cache(monkeypatch):
     assert roofline.probe_bytes(3 << 30) == 3 << 30
     monkeypatch.setattr(roofline, "last_level_cache_bytes", lambda: 0)
     assert roofline.probe_bytes(1 << 20) == 256 << 20
-    assert roofline.last_level_cache_bytes.__module__  # the real one reads sysfs (below)
-    monkeypatch.undo()
-    assert roofline.last_level_cache_bytes() >= 0
+
+
+def test_last_level_cache_is_the_largest_cache_sysfs_lists(tmp_path):
+    from ninfer.bench.roofline import last_level_cache_bytes
+
+    for i, size in enumerate(["48K", "64K", "2048K", "491520K"]):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(tmp_path) == 480 << 20
+    (tmp_path / "index4").mkdir()
+    (tmp_path / "index4" / "size").write_text("1M\n")  # a unit the kernel may also write
+    assert last_level_cache_bytes(tmp_path) == 480 << 20
+    (tmp_path / "index3" / "size").write_text("2G\n")
+    assert last_level_cache_bytes(tmp_path) == 2 << 30
+    assert last_level_cache_bytes(tmp_path / "absent") == 0
+
+
+def test_bench_counts_kv_and_recurrent_state_bytes_of_a_decode_step():
+    """bench_llamacpp's bytes per token beyond the weights, the same for both engines: f16
+    K and V of each attention layer up to the context; a Gated DeltaNet layer's f32
+    recurrent and conv state, read and written."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_llamacpp import state_bytes_per_token
+
+    dense = {"num_hidden_layers": 28, "hidden_size": 1024, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 128}
+    assert state_bytes_per_token(dense, 160) == 28 * 2 * 8 * 128 * 160 * 2
+    hybrid = {"num_hidden_layers": 4, "hidden_size": 1024, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 256,
+              "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+              "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+              "linear_num_key_heads": 16, "linear_num_value_heads": 16,
+              "linear_conv_kernel_dim": 4}
+    kv = 1 * 2 * 2 * 256 * 100 * 2
+    state = 16 * 128 * 128 * 4 + (2 * 16 * 128 + 16 * 128) * 3 * 4
+    assert state_bytes_per_token(hybrid, 100) == kv + 3 * 2 * state

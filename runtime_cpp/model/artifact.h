@@ -49,9 +49,8 @@ class Artifact {
   // decode step streams all the weights, and page-cache pages of the mmapped file are
   // mostly 4 KiB-mapped: on the VM of benchmarks/RESULTS.md (2026-12-05) a 1 GB file read
   // at 28-29 GB/s through the mapping and at 34-35 GB/s from such a copy, and decode ran
-  // 3-5% faster. Returns false,
-  // and keeps reading the mapping, where the kernel's transparent huge pages are off
-  // ("never": the copy would be the same 4 KiB pages).
+  // 2-6% faster. Returns false, and keeps reading the mapping, where the kernel's
+  // transparent huge pages are off ("never": the copy would be the same 4 KiB pages).
   bool copy_to_huge_pages();
   bool in_memory() const { return owned_ != nullptr; }
   size_t file_bytes() const { return size_; }

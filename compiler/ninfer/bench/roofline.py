@@ -80,22 +80,20 @@ def read_patterns(nbytes: int, threads: int, repeats: int = 5,
     return {name: float(v) for name, v in out["patterns"].items()}
 
 
-def read_gbps(nbytes: int, threads: int, repeats: int = 5, huge: bool = False) -> float:
-    """Best-of-`repeats` GB/s of `threads` threads reading an `nbytes` buffer, in the best
-    read pattern."""
-    return max(read_patterns(nbytes, threads, repeats, huge).values())
-
-
 def fma_gflops(threads: int, repeats: int = 3) -> tuple[float, float]:
     """(peak, peak with 256-bit vectors) f32 GFLOP/s of `threads` threads."""
     out = _run(["fma", str(threads), str(repeats)])
     return float(out["gflops"]), float(out["gflops_256"])
 
 
-def last_level_cache_bytes() -> int:
-    """The largest CPU cache of this host (sysfs), 0 where it does not say."""
+CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def last_level_cache_bytes(cache_dir: Path = CACHE_DIR) -> int:
+    """The largest CPU cache of this host (sysfs: index*/size, e.g. "491520K"), 0 where
+    it does not say."""
     best = 0
-    for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+    for size in cache_dir.glob("index*/size"):
         text = size.read_text().strip().upper()
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
         digits = text.rstrip("KMG")

@@ -1,5 +1,6 @@
-// backend/backend.h on the CPU: host memory; weights are read in place from the mmapped
-// artifact; init() sizes the kernel thread pool.
+// backend/backend.h on the CPU: host memory; weights are read where the artifact holds them
+// (its huge-page copy, or the mapping with --mmap-weights); init() sizes the kernel thread
+// pool.
 #include <sys/mman.h>
 
 #include <cstdlib>
