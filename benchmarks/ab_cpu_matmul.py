@@ -45,6 +45,9 @@ def _parse() -> argparse.Namespace:
                         "shape small enough stays in cache)")
     p.add_argument("--passes", type=int, default=1,
                    help="passes over the weight copies per timing (many for a hot measure)")
+    p.add_argument("--small-pages", action="store_true",
+                   help="weights in TVM's own allocations (4 KiB pages) instead of one "
+                        "anonymous huge-page mapping, as the CPU engine holds them")
     p.add_argument("--shapes", default=None,
                    help="K:N,... instead of the 0.5B model's five projection shapes")
     return p.parse_args()
@@ -105,6 +108,34 @@ def _build_rev(rev: str, specs: list[Any]) -> tuple[Any, list[Any]]:
     return ex, specs
 
 
+class _HugeArena:
+    """Arrays placed in one 2 MiB-aligned anonymous mapping with MADV_HUGEPAGE (as the CPU
+    engine's weights: Artifact::copy_to_huge_pages), handed to TVM without a copy."""
+
+    def __init__(self, nbytes: int) -> None:
+        import mmap
+
+        import numpy as np
+
+        align = 2 << 20
+        self._map = mmap.mmap(-1, nbytes + 2 * align,  # private: a shared one is shmem (no THP)
+                              flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._map.madvise(mmap.MADV_HUGEPAGE)
+        raw = np.frombuffer(self._map, dtype=np.uint8)
+        start = (-raw.ctypes.data) % align
+        self._raw = raw[start:]
+        self._used = 0
+
+    def put(self, a: Any) -> Any:
+        import tvm
+
+        n = a.nbytes
+        view = self._raw[self._used:self._used + n].view(a.dtype).reshape(a.shape)
+        view[...] = a
+        self._used += -(-n // 64) * 64
+        return tvm.runtime.from_dlpack(view)
+
+
 def main() -> None:
     args = _parse()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
@@ -135,7 +166,13 @@ def main() -> None:
     copies = max(1, (args.stream_mb << 20) // wbytes) if args.schedule == "gemv" else 1
     for vlayout in sorted({vs[0].layout for _, vs in variants.values()}):
         base = [list(pack(w, args.format, vlayout).values()) for w in w_rows]
-        weights[vlayout] = [[[tvm.runtime.tensor(a.copy()) for a in parts] for parts in base]
+        if args.small_pages:
+            def place(a: Any) -> Any:
+                return tvm.runtime.tensor(a.copy())
+        else:
+            arena = _HugeArena(copies * sum(-(-a.nbytes // 64) * 64 for p in base for a in p))
+            place = arena.put
+        weights[vlayout] = [[[place(a) for a in parts] for parts in base]
                             for _ in range(copies)]
     rows = [int(r) for r in args.rows.split(",")] if args.schedule == "gemv" else [args.gemm_rows]
     results: dict[tuple[str, int], list[float]] = {(v, r): [] for v in variants for r in rows}
@@ -160,7 +197,8 @@ def main() -> None:
                     results[(name, r)].append(flops / dt / 1e9)
     unit = "GB/s" if args.schedule == "gemv" else "GFLOP/s"
     print(f"{args.format} {args.schedule}, threads={args.threads}, {args.rounds} interleaved "
-          f"rounds, {copies} weight copies")
+          f"rounds, {copies} weight copies in "
+          f"{'4 KiB pages' if args.small_pages else 'huge pages'}")
     for r in rows:
         for name in variants:
             v = results[(name, r)]

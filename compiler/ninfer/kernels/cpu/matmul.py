@@ -59,11 +59,13 @@ TILES_512 = MatmulTiles(mr=6, cv=4, kb_bytes=32768, mb=64)
 TILES_256 = MatmulTiles(mr=6, cv=2, kb_bytes=32768, mb=64)
 GEMM_PF_BLOCKS = 2
 # gemv: streams of w (whole panels) per thread for 1, 2 and 3 rows, by float32 lanes
-# (accumulators: rows x streams x PANEL / lanes; 16 lanes: 16-24 of 32 registers; 8 lanes:
-# a panel is 8 vectors, and 16-24 accumulators spill some to L1 but still read faster than
-# narrower sub-panels or a single stream for one row: RESULTS 2026-12-03)
-GEMV_STREAMS = {16: (4, 3, 2), 8: (2, 1, 1)}
-PF_BYTES = 2048  # gemv: software prefetch distance along the stream (0: hardware prefetch only)
+# (accumulators: rows x streams x PANEL / lanes). 16 lanes: two streams prefetched 1 KB
+# ahead read 2-8% faster for one row and 15-20% faster for two than four or three streams
+# 2 KB ahead, in huge pages (RESULTS 2026-12-05); one stream is 5-10% slower. 8 lanes: a
+# panel is 8 vectors, and 16-24 accumulators spill some to L1 but still read faster than
+# narrower sub-panels or a single stream for one row (RESULTS 2026-12-03).
+GEMV_STREAMS = {16: (2, 2, 2), 8: (2, 1, 1)}
+PF_BYTES = 1024  # gemv: software prefetch distance along the stream (0: hardware prefetch only)
 
 
 def matmul_lanes() -> int:
