@@ -10,7 +10,8 @@ as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quan
 formats) as it was at git revision REV, fed the weight layout that revision's spec names
 (rows before the panels layout existed). Every variant builds the projection shapes of
 bench_llamacpp's 0.5B model (TVM's runtime and thread pool, --threads). gemv: weights
-cycled through copies that fill --stream-mb, GB/s of weights (scales included) read;
+cycled through copies that fill --stream-mb (in one huge-page mapping, as the CPU engine
+holds them; --small-pages: TVM's own allocations), GB/s of weights (scales included) read;
 gemm: --gemm-rows rows, GFLOP/s.
 Variants alternate within each round, so a slow spell of this VM lands on all of them;
 medians and bests of --rounds.

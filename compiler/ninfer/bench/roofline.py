@@ -104,9 +104,11 @@ def last_level_cache_bytes(cache_dir: Path = CACHE_DIR) -> int:
 
 def probe_bytes(nbytes: int) -> int:
     """The read probe's buffer for a decode step that reads `nbytes`: at least four times
-    the last-level cache (a cache that keeps part of a re-read buffer inflates the probe:
-    on the VM of RESULTS 2026-12-05, with 480 MiB of L3, the same probe read 37 GB/s over
-    4 GB, 40-47 over 1-2 GB and up to 124 over 256 MB) and 256 MB."""
+    the last-level cache (a cache that keeps part of a re-read buffer inflates the probe)
+    and 256 MB. On the VM of RESULTS 2026-12-05 (480 MiB of L3), once each thread clocked
+    its own pass, the best pattern read 38-39 GB/s over 512 MB to 4 GB alike and 38-44
+    over 256 MB; the steeper size curve seen before (124 GB/s over 256 MB) was mostly the
+    main thread's late clock, which weighs most on short passes."""
     return max(nbytes, 4 * last_level_cache_bytes(), 256 << 20)
 
 
