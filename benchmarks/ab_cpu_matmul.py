@@ -23,10 +23,12 @@ command line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Any
 
 SHAPES = [(1024, 2048), (1024, 1024), (2048, 1024), (1024, 6144), (3072, 1024)]  # k, n_out
@@ -54,25 +56,33 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _build(variant: str, specs: list[Any]) -> Any:
-    """The module of `specs` with the variant's attributes set (and restored after)."""
-    from ninfer.kernels import build_cpu_module
+@contextlib.contextmanager
+def variant_applied(variant: str) -> Iterator[None]:
+    """The kernel modules with a variant's `ATTR=EXPR; ...` assignments set, restored after."""
     from ninfer.kernels.cpu import matmul, qmatmul
 
     scope = {"matmul": matmul, "qmatmul": qmatmul, "MatmulTiles": matmul.MatmulTiles,
              "QTiles": qmatmul.QTiles}
     saved = []
-    for assignment in filter(None, (a.strip() for a in variant.split(";"))):
-        target, expr = (s.strip() for s in assignment.split("=", 1))
-        module_name, attr = target.split(".", 1)
-        module = scope[module_name]
-        saved.append((module, attr, getattr(module, attr)))
-        setattr(module, attr, eval(expr, scope))
     try:
-        return build_cpu_module(specs)
+        for assignment in filter(None, (a.strip() for a in variant.split(";"))):
+            target, expr = (s.strip() for s in assignment.split("=", 1))
+            module_name, attr = target.split(".", 1)
+            module = scope[module_name]
+            saved.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, eval(expr, scope))
+        yield
     finally:
         for module, attr, value in reversed(saved):
             setattr(module, attr, value)
+
+
+def _build(variant: str, specs: list[Any]) -> Any:
+    """The module of `specs` with the variant's attributes set (and restored after)."""
+    from ninfer.kernels import build_cpu_module
+
+    with variant_applied(variant):
+        return build_cpu_module(specs)
 
 
 def _build_rev(rev: str, specs: list[Any]) -> tuple[Any, list[Any]]:

@@ -334,3 +334,29 @@ def test_bench_counts_kv_and_recurrent_state_bytes_of_a_decode_step():
     kv = 1 * 2 * 2 * 256 * 100 * 2
     state = 16 * 128 * 128 * 4 + (2 * 16 * 128 + 16 * 128) * 3 * 4
     assert state_bytes_per_token(hybrid, 100) == kv + 3 * 2 * state
+
+
+def test_ab_variant_sets_kernel_attributes_and_restores_them():
+    """The A/B benchmarks' variants (ab_cpu_matmul, ab_engine_decode): the kernel modules'
+    attributes hold the variant's values while it is applied and their own after, also when
+    the build under it fails."""
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from ab_cpu_matmul import variant_applied
+
+    from ninfer.kernels.cpu import matmul, qmatmul
+
+    streams, tiles = matmul.GEMV_STREAMS, qmatmul.GEMV_TILES
+    with variant_applied("matmul.GEMV_STREAMS={16: (1, 1, 1)}; "
+                         "qmatmul.GEMV_TILES=QTiles(mr=1, nr=3, mb=1, panels=0)"):
+        assert matmul.GEMV_STREAMS == {16: (1, 1, 1)}
+        assert qmatmul.GEMV_TILES.nr == 3
+    assert matmul.GEMV_STREAMS is streams and qmatmul.GEMV_TILES is tiles
+    with pytest.raises(RuntimeError), variant_applied("matmul.GEMV_STREAMS={}"):
+        assert matmul.GEMV_STREAMS == {}
+        raise RuntimeError("build failed")
+    assert matmul.GEMV_STREAMS is streams

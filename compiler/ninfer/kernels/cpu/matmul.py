@@ -65,7 +65,9 @@ GEMM_PF_BLOCKS = 2
 # panel is 8 vectors, and 16-24 accumulators spill some to L1 but still read faster than
 # narrower sub-panels or a single stream for one row (RESULTS 2026-12-03).
 GEMV_STREAMS = {16: (2, 2, 2), 8: (2, 1, 1)}
-PF_BYTES = 1024  # gemv: software prefetch distance along the stream (0: hardware prefetch only)
+# gemv: software prefetch distance along each stream, by float32 lanes (0: hardware
+# prefetch only); 8 lanes keeps the 2 KB its streams were measured with on AVX2 (session 18)
+PF_BYTES = {16: 1024, 8: 2048}
 
 
 def matmul_lanes() -> int:
@@ -121,7 +123,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
     KB = max(1, min(K, tl.kb_bytes // (SC * WB)))
     MB = tl.mb
     LINE = 64 // WB  # weights per cache line
-    PF_AHEAD = PF_BYTES // WB
+    PF_AHEAD = PF_BYTES[VW] // WB
     # gemm: the first row tile of each k block prefetches w GEMM_PF_BLOCKS blocks ahead
     GEMM_PF = GEMM_PF_BLOCKS * KB * PANEL
     TOTAL = NPAN * K * PANEL
