@@ -6,14 +6,14 @@ models, decode steps only, with the GB/s each gemv reads.
 
 Compiles (or reuses) the same build as bench_llamacpp's ninfer side (build/bench/<model>-cpu-
 <format>, f16 KV cache) and, with the profile on, runs 64 single-token warm-up steps and
-then --steps timed ones (contexts 64 to 64 + steps); a second run of the warm-up alone is
-subtracted from the profile, so what is left is the timed steps' (a kernel of one call a
-step, such as the embedding, keeps some of the two runs' difference in page-cache state). Prints
-tokens/s and ms per token, the gemv weight bytes per token x tokens/s (GB/s), and every
-kernel's calls per token, microseconds per call and share of kernel time; a gemv's row
-also shows its matrix bytes / time per call. A read probe (ninfer.bench.roofline, same
-threads, over a buffer no cache holds much of: roofline.probe_bytes) is taken right after, so the
-figures sit beside the bandwidth of the same minute.
+then --steps timed ones (contexts 64 to 64 + steps); a first run of the warm-up alone counts
+its kernel calls, and the second leaves that many out of its profile (NINFER_PROFILE_SKIP),
+so what is left is the timed steps' alone. Prints tokens/s and ms per token, the gemv
+weight bytes per token x tokens/s (GB/s), and every kernel's calls per token, microseconds
+per call and share of kernel time; a gemv's row also shows its matrix bytes / time per
+call. A read probe (ninfer.bench.roofline, same threads, over a buffer no cache holds much
+of: roofline.probe_bytes) is taken right after, so the figures sit beside the bandwidth of
+the same minute.
 
 Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
 command line.
@@ -90,25 +90,24 @@ def main() -> None:
     build = _build(args.model, args.format)
     env = {**os.environ, "NINFER_PROFILE": "1", "TVM_NUM_THREADS": str(args.threads)}
     # The profile counts every call of a process, the first touches of the weights
-    # included: a run of the warm-up steps alone is subtracted from a run with the timed
-    # steps after them.
+    # included: a run of the warm-up steps alone counts its calls, and the run with the
+    # timed steps after them leaves that many calls out of its profile.
     runs = []
+    skip = 0
     for steps in (0, args.steps):
         proc = subprocess.run([sys.executable, __file__, "--worker", str(build), "--threads",
                                str(args.threads), "--steps", str(steps)],
-                              env=env, capture_output=True, text=True, check=True)
+                              env={**env, "NINFER_PROFILE_SKIP": str(skip)},
+                              capture_output=True, text=True, check=True)
         calls = {}
         for line in proc.stderr.splitlines():
             if m := _ROW.match(line):
                 calls[m[4]] = (int(m[1]), int(m[1]) * float(m[2]) * 1e-6)
         runs.append((calls, proc.stdout))
-    (warm, _), (full, out) = runs
+        skip = sum(n for n, _ in calls.values())
+    (_, _), (full, out) = runs
     rate = float(next(line.split()[1] for line in out.splitlines() if line.startswith("DECODE ")))
-    per_call = {}
-    for name, (n, sec) in full.items():
-        n0, sec0 = warm.get(name, (0, 0.0))
-        if n > n0:
-            per_call[name] = (n - n0, max(sec - sec0, 0.0))
+    per_call = {name: (n, sec) for name, (n, sec) in full.items() if n > 0}
     steps = args.steps
     total = sum(sec for _, sec in per_call.values())
     token_bytes = sum((_gemv_bytes(k) or 0.0) * n for k, (n, _) in per_call.items()) / steps

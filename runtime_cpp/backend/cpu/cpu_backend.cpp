@@ -29,6 +29,8 @@ thread_local std::string g_last_error;
 
 // NINFER_PROFILE=1: wall time of every kernel call, summed per kernel and printed to
 // stderr at exit (the CPU analogue of nsys's kernel summary). Off: one branch per call.
+// NINFER_PROFILE_SKIP=N leaves the first N calls of the process out (a warm-up whose
+// call count a first run printed), so the sums are of the steady state alone.
 class KernelProfile {
  public:
   static KernelProfile* get() {
@@ -37,6 +39,10 @@ class KernelProfile {
   }
   void add(const char* name, double seconds) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (skip_ > 0) {
+      --skip_;
+      return;
+    }
     auto& e = totals_[name];
     e.first += 1;
     e.second += seconds;
@@ -59,8 +65,12 @@ class KernelProfile {
   }
 
  private:
-  KernelProfile() { std::atexit(&KernelProfile::report); }
+  KernelProfile() {
+    if (const char* s = std::getenv("NINFER_PROFILE_SKIP")) skip_ = std::strtol(s, nullptr, 10);
+    std::atexit(&KernelProfile::report);
+  }
   std::mutex mu_;
+  long skip_ = 0;
   std::map<std::string, std::pair<long, double>> totals_;
 };
 
