@@ -1,17 +1,22 @@
 """A/B variants of the CPU kernels in whole decode steps: one build per variant, decode runs
 alternated round by round.
 
-    .venv/bin/python benchmarks/ab_engine_decode.py --format q4g64 --rounds 6 \
+    .venv/bin/python benchmarks/ab_engine_decode.py --format q4g64 --rounds 8 --in-process 16 \
         --variant 'cur:' --variant 'nr3: qmatmul.GEMV_TILES=QTiles(mr=1, nr=3, mb=1, panels=0)'
 
 Each --variant is ab_cpu_matmul's `NAME: ATTR=EXPR; ...` (the kernel modules' attributes
 while that variant's build compiles). Every build is bench_llamacpp's 0.5B Qwen3 in
---format (as profile_decode builds it, into build/bench/ab-<format>-<NAME>); each round runs
-every build's decode (profile_decode's worker: 64 warm-up steps, then --steps timed ones,
-a fresh process each) in turn. Prints each variant's median tokens/s and the median of its
-per-round ratio to the first variant. ab_cpu_matmul times kernels from Python, a few
-microseconds of call overhead each, which understates the small quantized shapes; this
-times the engine itself (RESULTS 2026-12-05).
+--format (as profile_decode builds it, into build/bench/ab-<format>-<NAME>). With
+--in-process BLOCK, every build's engine is loaded into one process (64 warm-up steps
+each) and each round decodes --steps steps per build in blocks of BLOCK, the builds
+taking turns block by block: the way to see a 1-2% difference on a busy VM. Without it,
+each round runs every build's decode in a fresh process (profile_decode's worker: 64
+warm-up steps, then --steps timed ones) in turn, every other round in reverse order; a
+process's place in its round moved its rate by 10-20% while this VM was busy (RESULTS
+2026-12-05), so that mode needs many rounds. Prints each variant's median tokens/s and
+the median of its per-round ratio to the first variant. ab_cpu_matmul times kernels from
+Python, a few microseconds of call overhead each, which understates the small quantized
+shapes; this times the engine itself.
 
 Not a test: numbers depend on the machine; record them in benchmarks/RESULTS.md with the
 command line.
@@ -30,6 +35,7 @@ import bench_llamacpp as bench
 from ab_cpu_matmul import variant_applied
 
 PROFILE = Path(__file__).with_name("profile_decode.py")
+PROMPT = 64  # warm-up steps before the timed ones (as profile_decode)
 
 
 def _build(fmt: str, name: str, body: str) -> Path:
@@ -52,6 +58,37 @@ def _decode_rate(build: Path, threads: int, steps: int) -> float:
     return float(next(line.split()[1] for line in out.splitlines() if line.startswith("DECODE ")))
 
 
+def _interleaved(builds: dict[str, Path], threads: int, steps: int, rounds: int,
+                 block: int) -> dict[str, list[float]]:
+    """Every build's engine in this one process, decoding blocks of `block` steps in turn
+    (every other round in reverse order) until each has run `steps` a round: each round's
+    rate per build. Engines share the machine's minute-scale phases block by block, which
+    a process per run does not (a process's place in its round moved its rate by up to 20%
+    while this VM was busy)."""
+    import time
+
+    from ninfer.runtime.engine import load_engine
+
+    engines = {name: load_engine(b, threads=threads) for name, b in builds.items()}
+    for engine in engines.values():
+        for i in range(PROMPT):
+            engine.forward([5 + i], i)
+    rates: dict[str, list[float]] = {name: [] for name in builds}
+    order = list(builds)
+    for r in range(rounds):
+        spent = dict.fromkeys(builds, 0.0)
+        for b0 in range(0, steps, block):
+            for name in (order if (r + b0 // block) % 2 == 0 else order[::-1]):
+                engine = engines[name]
+                t0 = time.perf_counter()
+                for i in range(b0, min(steps, b0 + block)):
+                    engine.forward([7], PROMPT + i)
+                spent[name] += time.perf_counter() - t0
+        for name in builds:
+            rates[name].append(steps / spent[name])
+    return rates
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--format", default="q4g64", help="f32, f16, bf16, q8g32, q4g64, q4g128")
@@ -59,6 +96,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=128)
+    ap.add_argument("--in-process", type=int, default=0, metavar="BLOCK",
+                    help="load every build in this one process and alternate blocks of "
+                         "BLOCK steps between them (0: a fresh process per run)")
     args = ap.parse_args()
     builds = {}
     for v in args.variant:
@@ -68,9 +108,14 @@ def main() -> None:
             ap.error(f"--variant {v!r}: each variant needs a distinct NAME before ':'")
         builds[name] = _build(args.format, name, body)
     rates: dict[str, list[float]] = {name: [] for name in builds}
-    for _ in range(args.rounds):
-        for name, build in builds.items():
-            rates[name].append(_decode_rate(build, args.threads, args.steps))
+    order = list(builds)
+    if args.in_process:
+        rates = _interleaved(builds, args.threads, args.steps, args.rounds, args.in_process)
+    for r in range(0 if args.in_process else args.rounds):
+        # every other round in reverse: a process's place in its round moved its rate by
+        # up to 20% while this VM was busy, whatever the build (RESULTS 2026-12-05)
+        for name in (order if r % 2 == 0 else order[::-1]):
+            rates[name].append(_decode_rate(builds[name], args.threads, args.steps))
     first = rates[next(iter(builds))]
     print(f"{args.format} decode, threads={args.threads}, {args.rounds} interleaved rounds of "
           f"{args.steps} steps")

@@ -74,14 +74,20 @@ class KernelProfile {
   std::map<std::string, std::pair<long, double>> totals_;
 };
 
-// A fork-join pool: the caller runs task 0, workers run the rest. Workers spin briefly
-// on a generation counter (kernel launches come back to back during a forward pass)
-// and then sleep on a condition variable.
+// A fork-join pool: the caller runs task 0, workers run the rest. Idle workers spin on a
+// generation counter (kernel launches come back to back during a forward pass), then
+// yield, then sleep on a condition variable, by wall time.
 class ThreadPool {
  public:
-  // Spin (then yield) this long before sleeping: launches in one forward pass come
-  // back to back, and a condition-variable wake-up costs tens of microseconds.
-  static constexpr int kSpinIterations = 20000;
+  using Clock = std::chrono::steady_clock;
+  // An idle worker pauses this long, then yields its core until kSleepAfter, then sleeps:
+  // a condition-variable wake-up costs tens of microseconds, while the gaps between the
+  // launches of a forward pass are a few. By time, not by count: a yield returns at once
+  // on an idle core but waits out other threads' time slices on a busy one, where 20000
+  // yields (this pool's earlier limit) kept an idle pool's worker in the run queue for
+  // seconds, halving another engine's decode in the same process.
+  static constexpr auto kPauseFor = std::chrono::microseconds(50);
+  static constexpr auto kSleepAfter = std::chrono::microseconds(2000);
 
   explicit ThreadPool(int n) { resize(n); }
   ~ThreadPool() { stop(); }
@@ -110,10 +116,11 @@ class ThreadPool {
     }
     cv_.notify_all();
     int rc = fn(0, &env_, cdata);
-    // Yield while waiting so an oversubscribed machine still runs the workers.
+    // Yield after a while so an oversubscribed machine still runs the workers.
+    Clock::time_point since{};
     for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-      if (spin < 1000) NINFER_CPU_RELAX();
-      else std::this_thread::yield();
+      if (spin % 64 == 0 && spin > 0 && past(since, kPauseFor)) std::this_thread::yield();
+      else NINFER_CPU_RELAX();
     }
     return rc != 0 ? rc : status_.load();
   }
@@ -124,9 +131,15 @@ class ThreadPool {
   void worker(int id, uint64_t seen) {
     for (;;) {
       uint64_t gen = generation_.load(std::memory_order_acquire);
-      for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
-        if (spin < 1000) NINFER_CPU_RELAX();
-        else std::this_thread::yield();
+      Clock::time_point since{};
+      bool yielding = false;
+      for (int spin = 1; gen == seen; ++spin) {
+        if (yielding || spin % 64 == 0) {  // the clock every 64 pauses (~0.6 us here)
+          if (past(since, kSleepAfter)) break;
+          yielding = past(since, kPauseFor);
+        }
+        if (yielding) std::this_thread::yield();
+        else NINFER_CPU_RELAX();
         gen = generation_.load(std::memory_order_acquire);
       }
       if (gen == seen) {
@@ -141,6 +154,13 @@ class ThreadPool {
         pending_.fetch_sub(1, std::memory_order_acq_rel);
       }
     }
+  }
+
+  // Whether `wait` has passed since `since`, which the first call sets to now.
+  static bool past(Clock::time_point& since, Clock::duration wait) {
+    const Clock::time_point now = Clock::now();
+    if (since == Clock::time_point{}) since = now;
+    return now - since >= wait;
   }
 
   void stop() {
