@@ -360,3 +360,31 @@ def test_ab_variant_sets_kernel_attributes_and_restores_them():
         assert matmul.GEMV_STREAMS == {}
         raise RuntimeError("build failed")
     assert matmul.GEMV_STREAMS is streams
+
+
+def _profiled_calls(out_dir, steps: int, skip: int) -> dict[str, int]:
+    """Kernel calls per kernel that NINFER_PROFILE reports for `steps` decode steps of the
+    compiled model's engine, the process's first `skip` calls left out."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    code = ("import sys; from ninfer.runtime.engine import load_engine\n"
+            "e = load_engine(sys.argv[1], threads=2)\n"
+            "for i in range(int(sys.argv[2])): e.forward([3 + i], i)\n")
+    env = {**os.environ, "NINFER_PROFILE": "1", "NINFER_PROFILE_SKIP": str(skip)}
+    proc = subprocess.run([sys.executable, "-c", code, str(out_dir), str(steps)], env=env,
+                          capture_output=True, text=True, check=True)
+    rows = re.findall(r"^\s*(\d+)\s+[\d.]+\s+[\d.]+%\s+(\S+)$", proc.stderr, re.MULTILINE)
+    return {name: int(n) for n, name in rows}
+
+
+def test_kernel_profile_skips_the_first_calls(qwen3_model):
+    # profile_decode leaves a warm-up out this way: skipping one step's calls of a
+    # two-step run leaves exactly the calls of the other step
+    one = _profiled_calls(qwen3_model.out_dir, 1, 0)
+    two = _profiled_calls(qwen3_model.out_dir, 2, 0)
+    rest = _profiled_calls(qwen3_model.out_dir, 2, sum(one.values()))
+    assert sum(two.values()) == 2 * sum(one.values()) > 0
+    assert rest == one
