@@ -59,10 +59,9 @@ def _parse() -> argparse.Namespace:
 @contextlib.contextmanager
 def variant_applied(variant: str) -> Iterator[None]:
     """The kernel modules with a variant's `ATTR=EXPR; ...` assignments set, restored after."""
-    from ninfer.kernels.cpu import attention, matmul, qmatmul
+    from ninfer.kernels.cpu import matmul, qmatmul
 
-    scope = {"matmul": matmul, "qmatmul": qmatmul, "attention": attention,
-             "MatmulTiles": matmul.MatmulTiles,
+    scope = {"matmul": matmul, "qmatmul": qmatmul, "MatmulTiles": matmul.MatmulTiles,
              "QTiles": qmatmul.QTiles}
     saved = []
     try:

@@ -9,7 +9,10 @@ while that variant's build compiles). Every build is bench_llamacpp's 0.5B Qwen3
 --format (as profile_decode builds it, into build/bench/ab-<format>-<NAME>). With
 --in-process BLOCK, every build's engine is loaded into one process (64 warm-up steps
 each) and each round decodes --steps steps per build in blocks of BLOCK, the builds
-taking turns block by block: the way to see a 1-2% difference on a busy VM. Without it,
+taking turns block by block: what saw 1-2% on a busy VM, for kernel variants of the
+quantized formats. Two f16 engines (2 GB of weights) favoured whichever loaded first by
+5-22%, and builds whose runtime (thread pool) differs meet each other's idle workers, so
+those need the other mode. Without it,
 each round runs every build's decode in a fresh process (profile_decode's worker: 64
 warm-up steps, then --steps timed ones) in turn, every other round in reverse order; a
 process's place in its round moved its rate by 10-20% while this VM was busy (RESULTS
@@ -33,9 +36,9 @@ from pathlib import Path
 
 import bench_llamacpp as bench
 from ab_cpu_matmul import variant_applied
+from profile_decode import PROMPT
 
 PROFILE = Path(__file__).with_name("profile_decode.py")
-PROMPT = 64  # warm-up steps before the timed ones (as profile_decode)
 
 
 def _build(fmt: str, name: str, body: str) -> Path:
@@ -107,15 +110,16 @@ def main() -> None:
         if not name or name in builds:
             ap.error(f"--variant {v!r}: each variant needs a distinct NAME before ':'")
         builds[name] = _build(args.format, name, body)
-    rates: dict[str, list[float]] = {name: [] for name in builds}
-    order = list(builds)
     if args.in_process:
         rates = _interleaved(builds, args.threads, args.steps, args.rounds, args.in_process)
-    for r in range(0 if args.in_process else args.rounds):
-        # every other round in reverse: a process's place in its round moved its rate by
-        # up to 20% while this VM was busy, whatever the build (RESULTS 2026-12-05)
-        for name in (order if r % 2 == 0 else order[::-1]):
-            rates[name].append(_decode_rate(builds[name], args.threads, args.steps))
+    else:
+        rates = {name: [] for name in builds}
+        order = list(builds)
+        for r in range(args.rounds):
+            # every other round in reverse: a process's place in its round moved its rate
+            # by up to 20% while this VM was busy, whatever the build (RESULTS 2026-12-05)
+            for name in (order if r % 2 == 0 else order[::-1]):
+                rates[name].append(_decode_rate(builds[name], args.threads, args.steps))
     first = rates[next(iter(builds))]
     print(f"{args.format} decode, threads={args.threads}, {args.rounds} interleaved rounds of "
           f"{args.steps} steps")

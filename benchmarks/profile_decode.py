@@ -92,22 +92,19 @@ def main() -> None:
     # The profile counts every call of a process, the first touches of the weights
     # included: a run of the warm-up steps alone counts its calls, and the run with the
     # timed steps after them leaves that many calls out of its profile.
-    runs = []
     skip = 0
     for steps in (0, args.steps):
         proc = subprocess.run([sys.executable, __file__, "--worker", str(build), "--threads",
                                str(args.threads), "--steps", str(steps)],
                               env={**env, "NINFER_PROFILE_SKIP": str(skip)},
                               capture_output=True, text=True, check=True)
-        calls = {}
+        per_call = {}  # kernel -> (calls, seconds)
         for line in proc.stderr.splitlines():
             if m := _ROW.match(line):
-                calls[m[4]] = (int(m[1]), int(m[1]) * float(m[2]) * 1e-6)
-        runs.append((calls, proc.stdout))
-        skip = sum(n for n, _ in calls.values())
-    (_, _), (full, out) = runs
-    rate = float(next(line.split()[1] for line in out.splitlines() if line.startswith("DECODE ")))
-    per_call = {name: (n, sec) for name, (n, sec) in full.items() if n > 0}
+                per_call[m[4]] = (int(m[1]), int(m[1]) * float(m[2]) * 1e-6)
+        skip = sum(n for n, _ in per_call.values())
+    rate = float(next(line.split()[1] for line in proc.stdout.splitlines()
+                      if line.startswith("DECODE ")))
     steps = args.steps
     total = sum(sec for _, sec in per_call.values())
     token_bytes = sum((_gemv_bytes(k) or 0.0) * n for k, (n, _) in per_call.items()) / steps
