@@ -4,8 +4,9 @@
         --variant 'lanes8: matmul.matmul_lanes=lambda: 8' --variant 'host:'
 
 Each --variant is `NAME: ATTR=EXPR; ATTR=EXPR ...`, ATTR a name in
-ninfer.kernels.cpu.matmul (`matmul.`) or ninfer.kernels.cpu.qmatmul (`qmatmul.`), EXPR
-evaluated with both modules and MatmulTiles / QTiles in scope; an empty list is the code
+ninfer.kernels.cpu.matmul (`matmul.`), ninfer.kernels.cpu.qmatmul (`qmatmul.`) or the
+helpers they share, ninfer.kernels.cpu.common (`common.`), EXPR
+evaluated with the three modules and MatmulTiles / QTiles in scope; an empty list is the code
 as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized
 formats) as it was at git revision REV, fed the weight layout that revision's spec names
 (rows before the panels layout existed). Every variant builds the projection shapes of
@@ -59,10 +60,10 @@ def _parse() -> argparse.Namespace:
 @contextlib.contextmanager
 def variant_applied(variant: str) -> Iterator[None]:
     """The kernel modules with a variant's `ATTR=EXPR; ...` assignments set, restored after."""
-    from ninfer.kernels.cpu import matmul, qmatmul
+    from ninfer.kernels.cpu import common, matmul, qmatmul
 
-    scope = {"matmul": matmul, "qmatmul": qmatmul, "MatmulTiles": matmul.MatmulTiles,
-             "QTiles": qmatmul.QTiles}
+    scope = {"common": common, "matmul": matmul, "qmatmul": qmatmul,
+             "MatmulTiles": matmul.MatmulTiles, "QTiles": qmatmul.QTiles}
     saved = []
     try:
         for assignment in filter(None, (a.strip() for a in variant.split(";"))):

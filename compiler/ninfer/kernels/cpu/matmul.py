@@ -126,7 +126,6 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
     PF_AHEAD = PF_BYTES[VW] // WB
     # gemm: the first row tile of each k block prefetches w GEMM_PF_BLOCKS blocks ahead
     GEMM_PF = GEMM_PF_BLOCKS * KB * PANEL
-    TOTAL = NPAN * K * PANEL
 
     def _lines(CW):
         # cache lines of one k step of a sub-panel of CW vectors
@@ -175,9 +174,8 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
             if pf > 0:  # pf weights ahead along each stream
                 for j in T.unroll(ST):
                     for ln in T.unroll(_lines(CW)):
-                        T.evaluate(prefetch(w, 0, 0, T.min(
-                            (_pan(s + j * sd, CW) * K + k0 + kk) * PANEL
-                            + _pcol(s + j * sd, CW) + ln * LINE + pf, i64(TOTAL - 1))))
+                        T.evaluate(prefetch(w, 0, 0, (_pan(s + j * sd, CW) * K + k0 + kk)
+                                            * PANEL + _pcol(s + j * sd, CW) + ln * LINE + pf))
             for r in T.unroll(R):
                 for c in T.unroll(ST * CW):
                     for v in T.vectorized(VW):

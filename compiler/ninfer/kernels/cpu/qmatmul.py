@@ -401,7 +401,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         def micro(q, xq, xa, xcor, out, acc, sg, i0, j0, s0, sn, tail, R, C):
             # out[i0:i0+R, j0 + c * cs] (c < C) += the steps s0 .. s0+sn-1 (+ the tail
             # step) of k, one k block, scales from sg; gemv: the weight streams prefetched
-            # PF bytes ahead (the last rows clamp it).
+            # PF bytes ahead (past the last row's end too: a prefetch never faults).
             for r in T.unroll(R):
                 for c in T.unroll(C):
                     for v in T.vectorized(ZL):
@@ -411,8 +411,8 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                 if PF > 0:  # each column's stream (C of them, cs rows apart)
                     for u in T.unroll(UPS):
                         for c in T.unroll(C):
-                            T.evaluate(prefetch(q, 0, T.min(
-                                pf0 + (c * cs * KQ + (s * UPS + u) * UNIT), i64(N * KQ - 1))))
+                            T.evaluate(prefetch(
+                                q, 0, pf0 + (c * cs * KQ + (s * UPS + u) * UNIT)))
                 step(q, xq, xa, xcor, acc, sg, i0, j0, s0, s, R, C)
             if tail > 0:
                 tail_step(q, xq, xa, xcor, acc, sg, i0, j0, s0, sn, R, C)
@@ -442,7 +442,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         if SCALE_PF_TILES > 0:
             for c in T.unroll(NR):
                 for ln in T.unroll(-(-NG // SCALES_PER_LINE)):
-                    T.evaluate(prefetch(sc, T.min(jb + (SCALE_PF_TILES + c * NJB), i64(N - 1)),
+                    T.evaluate(prefetch(sc, jb + (SCALE_PF_TILES + c * NJB),
                                         ln * SCALES_PER_LINE))
         # all scales of the rows first: read back from memory (vbroadcastss m32)
         fill_scales(sc, xs, sg, i, jb, 0, NG, R, NR, NJB)
