@@ -132,7 +132,8 @@ def prefetch(buf: tirx.Buffer, *index: tirx.PrimExpr) -> tirx.PrimExpr:
     into L2 instead measured no faster, RESULTS 2026-12-02). The index may run past the
     buffer's end: a prefetch never faults (x86 PREFETCHh, AArch64 PRFM), so the streams
     prefetch ahead unclamped. A clamp to the last element cost ~7 scalar instructions a
-    prefetched line, 18% of the q4g64 gemv's in-cache rate (RESULTS 2026-12-06)."""
+    prefetched line: the clamped q4g64 gemv read 15% slower in cache (RESULTS 2026-12-06).
+    Past the end, LLVM may drop such a prefetch; that costs speed, never correctness."""
     i32 = "int32"
     return tirx.call_llvm_intrin(
         "void",
