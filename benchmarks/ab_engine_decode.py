@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,10 +47,18 @@ def _build(fmt: str, name: str, body: str) -> Path:
 
     ckpt = bench.build_checkpoint(bench.bench_dir() / "qwen3-0.5b")
     out = bench.bench_dir() / f"ab-{fmt}-{name}"
+    # The shared kernel cache is keyed by the kernel sources, not by attributes a variant
+    # sets: a variant compiles its kernels into a cache of its own, emptied first (until
+    # session 28 every variant got the first build's cached kernels).
+    options = {}
+    if body.strip():
+        cache = out / ".kernel-cache"
+        shutil.rmtree(cache, ignore_errors=True)
+        options["kernel_cache"] = cache
     with variant_applied(body):
         compile_model(CompileOptions(model_dir=ckpt, out_dir=out, model_id=f"ab-{fmt}-{name}",
                                      max_context=bench.N_CTX, prefill_chunk=bench.PREFILL_TOKENS,
-                                     weights=fmt, kv_dtype="f16"))
+                                     weights=fmt, kv_dtype="f16", **options))
     return out
 
 
