@@ -104,7 +104,7 @@ def main() -> None:
     print(f"{'':10}{'ninfer':>12}{'transformers':>14}{'ratio':>8}")
     print(f"{'decode':10}{ours_dec:>10.1f}/s{ref_dec:>12.1f}/s{ours_dec / ref_dec:>8.2f}")
     print(f"{'prefill':10}{ours_pre:>10.1f}/s{ref_pre:>12.1f}/s{ours_pre / ref_pre:>8.2f}")
-    from ninfer.bench.roofline import measure
+    from ninfer.roofline import measure
 
     roof = measure(int(gb * 1e9), args.threads)
     print(roof.describe())

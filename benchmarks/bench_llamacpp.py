@@ -18,7 +18,7 @@ round (--rounds; medians are reported, and each round's ratio):
   - decode: tokens/s of single-token steps after a 128-token prefill (context 128..192;
     the best 16-step window, see `_measure`);
   - prefill: tokens/s of one 256-token prompt.
-The roofline comes from ninfer.bench.roofline: a multi-threaded C read loop over a buffer of
+The roofline comes from ninfer.roofline: a multi-threaded C read loop over a buffer of
 the model's weight size (same threads, best pass of a plain and of prefetched multi-stream
 read patterns, with and without huge pages) and the FMA peak (the widest vectors the host
 has), measured before the first round and again after every engine run. Each decode
@@ -337,7 +337,7 @@ def main() -> None:
         _worker(args)
         return
 
-    from ninfer.bench.roofline import best_of, measure
+    from ninfer.roofline import best_of, measure
 
     load = os.getloadavg()[0]
     if load > 0.5:

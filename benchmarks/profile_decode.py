@@ -11,7 +11,7 @@ its kernel calls, and the second leaves that many out of its profile (NINFER_PRO
 so what is left is the timed steps' alone. Prints tokens/s and ms per token, the gemv
 weight bytes per token x tokens/s (GB/s), and every kernel's calls per token, microseconds
 per call and share of kernel time; a gemv's row also shows its matrix bytes / time per
-call. A read probe (ninfer.bench.roofline, same threads, over a buffer no cache holds much
+call. A read probe (ninfer.roofline, same threads, over a buffer no cache holds much
 of: roofline.probe_bytes) is taken right after, so the figures sit beside the bandwidth of
 the same minute.
 
@@ -108,7 +108,7 @@ def main() -> None:
     steps = args.steps
     total = sum(sec for _, sec in per_call.values())
     token_bytes = sum((_gemv_bytes(k) or 0.0) * n for k, (n, _) in per_call.items()) / steps
-    from ninfer.bench.roofline import measure
+    from ninfer.roofline import measure
 
     roof = measure(int(token_bytes), args.threads)
     print(f"{args.model} {args.format}: {rate:.1f} tok/s, {1e3 / rate:.2f} ms a token;"

@@ -245,7 +245,7 @@ def test_soak_reports_failed_requests(qwen3_model, tmp_path):
 
 
 def test_roofline_best_of_takes_each_figure_at_its_best():
-    from ninfer.bench.roofline import Roofline, best_of
+    from ninfer.roofline import Roofline, best_of
 
     a = Roofline(2, read_gbps=20.0, read_huge_gbps=30.0, fma_gflops=100.0, buffer_bytes=1,
                  fma_256_gflops=60.0, read_plain_gbps=19.0)
@@ -266,7 +266,7 @@ def test_roofline_probe_builds_and_reports_each_pass():
     import json
     import subprocess
 
-    from ninfer.bench import roofline
+    from ninfer import roofline
 
     exe = roofline.probe_binary()
     out = json.loads(subprocess.run([str(exe), "read", str(64 << 20), "2", "3", "1"],
@@ -285,10 +285,54 @@ def test_roofline_probe_builds_and_reports_each_pass():
     assert bad.returncode == 2 and "usage" in bad.stderr
 
 
+def test_gemv_streams_follow_the_faster_read_pattern():
+    """One stream a thread where the plain read beat every prefetched two-stream pattern
+    (the Zen 4 VM of RESULTS 2026-12-06), two where a prefetched pattern read faster (the
+    Intel VMs before it); no pattern to compare is an error, not a guess."""
+    from ninfer import roofline
+
+    zen4 = {"plain": 36.7, "s2p512": 29.7, "s2p1024": 32.2, "s4p512": 34.1}
+    intel = {"plain": 27.0, "s2p512": 35.4, "s2p1024": 36.9, "s4p512": 33.0}
+    assert roofline.gemv_streams_for(zen4) == 1
+    assert roofline.gemv_streams_for(intel) == 2
+    assert roofline.gemv_streams_for({**intel, "s4p512": 99.0}) == 2  # only s2 is chosen from
+    with pytest.raises(roofline.RooflineError, match="no plain and two-stream"):
+        roofline.gemv_streams_for({"plain": 30.0})
+
+
+def test_host_gemv_streams_measures_once_per_cpu(monkeypatch, tmp_path):
+    """The choice is measured once per CPU and read back from the cache file after; the
+    environment variable overrides it (and is checked); another CPU is measured anew."""
+    from ninfer import roofline
+
+    monkeypatch.delenv(roofline.STREAMS_ENV, raising=False)
+    calls = []
+
+    def probe(nbytes, threads, repeats=5, huge=False):
+        calls.append((threads, huge))
+        return {"plain": 36.7, "s2p512": 29.7, "s2p1024": 32.2, "s4p512": 34.1}
+
+    monkeypatch.setattr(roofline, "read_patterns", probe)
+    cache = tmp_path / "host-read.json"
+    assert roofline.host_gemv_streams(cache)[0] == 1
+    streams, why = roofline.host_gemv_streams(cache)
+    assert streams == 1 and "measured before" in why and "36.7" in why and "32.2" in why
+    assert len(calls) == 1 and calls[0][1] is True  # huge pages, as the engine's weights
+    monkeypatch.setattr(roofline, "_host_id", lambda: "another cpu")
+    assert roofline.host_gemv_streams(cache)[0] == 1 and len(calls) == 2
+    assert len(json.loads(cache.read_text())) == 2
+    monkeypatch.setenv(roofline.STREAMS_ENV, "2")
+    assert roofline.host_gemv_streams(cache) == (2, f"{roofline.STREAMS_ENV}=2")
+    monkeypatch.setenv(roofline.STREAMS_ENV, "3")
+    with pytest.raises(roofline.RooflineError, match="must be 1 or 2"):
+        roofline.host_gemv_streams(cache)
+    assert len(calls) == 2
+
+
 def test_roofline_probe_buffer_outgrows_the_last_level_cache(monkeypatch):
     """A cache that keeps part of a re-read buffer inflates the read probe: its buffer is
     at least four times the last-level cache, and never smaller than the model's bytes."""
-    from ninfer.bench import roofline
+    from ninfer import roofline
 
     monkeypatch.setattr(roofline, "last_level_cache_bytes", lambda: 480 << 20)
     assert roofline.probe_bytes(1 << 30) == 4 * (480 << 20)
@@ -298,7 +342,7 @@ def test_roofline_probe_buffer_outgrows_the_last_level_cache(monkeypatch):
 
 
 def test_last_level_cache_is_the_largest_cache_sysfs_lists(tmp_path):
-    from ninfer.bench.roofline import last_level_cache_bytes
+    from ninfer.roofline import last_level_cache_bytes
 
     for i, size in enumerate(["48K", "64K", "2048K", "491520K"]):
         (tmp_path / f"index{i}").mkdir()

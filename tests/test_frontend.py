@@ -169,6 +169,22 @@ def test_plan_fails_with_numbers_when_memory_does_not_fit(tmp_path):
         make_plan(graph, target, ServeLimits(max_context=512, prefill_chunk=64))
 
 
+def test_plan_reads_one_gemv_stream_where_asked(tmp_path):
+    """gemv_streams=1 gives the cpu target's decode matmuls one weight stream a thread;
+    the prefill gemms and every CUDA kernel are unchanged."""
+    from ninfer.kernels import MatmulSpec
+
+    graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
+    limits = ServeLimits(512, 64, max_concurrency=4)
+    for target, want in ((load_target("cpu"), 1), (load_target("h100"), 0)):
+        mm = [s for s in make_plan(graph, target, limits, gemv_streams=1).unique_kernels()
+              if isinstance(s, MatmulSpec)]
+        assert {s.streams for s in mm if s.schedule == "gemv"} == {want}
+        assert {s.streams for s in mm if s.schedule == "gemm"} <= {0}
+    default = make_plan(graph, load_target("cpu"), limits).unique_kernels()
+    assert {s.streams for s in default if isinstance(s, MatmulSpec)} == {0}
+
+
 def test_plan_sizes_the_paged_kv_pool(tmp_path):
     graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
     cpu = load_target("cpu")

@@ -22,6 +22,7 @@ MODEL = Path("model")
     ({"kv_capacity": -1}, "--kv-capacity -1"),
     ({"prefill_chunk": 0}, "--prefill-chunk 0 must be at least 1"),
     ({"gdn_prefill": "wy"}, "--gdn-prefill must be one of auto, recurrent, chunked"),
+    ({"cpu_gemv_streams": "4"}, "--cpu-gemv-streams must be one of auto, 1, 2"),
     ({"spec": "eagle"}, "--spec must be one of none, ngram, mtp"),
     ({"max_draft_tokens": 3}, "--max-draft-tokens sizes speculative decoding: give --spec"),
     ({"spec": "ngram", "max_draft_tokens": 17}, r"--max-draft-tokens 17 must be in \[1, 16\]"),
@@ -61,6 +62,25 @@ def test_target_checks_and_resolved_values():
 def _limits(opts: CompileOptions, positions: int) -> tuple[int, int, int]:
     lim = opts.serve_limits(load_target("cpu"), positions)
     return lim.max_context, lim.prefill_chunk, lim.max_concurrency
+
+
+def test_cpu_gemv_streams_resolve_for_the_host(monkeypatch):
+    """auto takes the host's choice (here from NINFER_CPU_GEMV_STREAMS) and says so; a
+    given value is kept without a note; GPU targets keep their kernels (no choice made,
+    a given value refused) and the plan's matmuls follow."""
+    from ninfer import roofline
+
+    cpu, h100 = load_target("cpu"), load_target("h100")
+    monkeypatch.setenv(roofline.STREAMS_ENV, "1")
+    opts, note = CompileOptions(MODEL).with_host_read(cpu)
+    assert opts.cpu_gemv_streams == "1" and opts.gemv_streams(cpu) == 1
+    assert note is not None and "1 weight stream a thread" in note and "=1" in note
+    given, none = CompileOptions(MODEL, cpu_gemv_streams="2").with_host_read(cpu)
+    assert given.cpu_gemv_streams == "2" and given.gemv_streams(cpu) == 0 and none is None
+    gpu, none = CompileOptions(MODEL, target="h100").with_host_read(h100)
+    assert gpu.cpu_gemv_streams == "auto" and gpu.gemv_streams(h100) == 0 and none is None
+    with pytest.raises(OptionsError, match="applies to the cpu target, not h100"):
+        CompileOptions(MODEL, target="h100", cpu_gemv_streams="1").check_target(h100)
 
 
 def test_limits_left_out_fit_the_model_and_say_so():

@@ -53,6 +53,12 @@ console = Console(stderr=True)
               help="Storage format of the KV cache: floats, fp8 e4m3, or int8/int4 with an "
                    "fp16 scale per 32 values (int4 keys Hadamard-rotated). CUDA targets read "
                    "f32, f16 and bf16.")
+@click.option("--cpu-gemv-streams", default="auto", show_default=True,
+              type=click.Choice(["auto", "1", "2"]),
+              help="cpu target: the decode gemvs read their weights as 1 stream a thread "
+                   "(hardware prefetch only) or 2 (prefetched in software). auto = what reads "
+                   "faster in this host's read probe (measured once per CPU; "
+                   "NINFER_CPU_GEMV_STREAMS=1|2 sets it for every compile).")
 @click.option("--gdn-prefill", default="auto", show_default=True,
               type=click.Choice(["auto", "recurrent", "chunked"]),
               help="Hybrid models: a prompt's Gated DeltaNet recurrence row by row, or in "
@@ -98,7 +104,8 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
          max_context: int | None, prefill_chunk: int | None, max_concurrency: int | None,
          kv_capacity: str, spec: str, max_draft_tokens: int | None,
          state_checkpoints: int | None,
-         weights: str, weight_overrides: tuple[str, ...], kv_dtype: str, gdn_prefill: str,
+         weights: str, weight_overrides: tuple[str, ...], kv_dtype: str, cpu_gemv_streams: str,
+         gdn_prefill: str,
          memory_gib: float | None,
          no_python_module: bool, no_build: bool, dump_dir: Path | None,
          prefill_projections: str,
@@ -146,6 +153,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                               kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
                               weights=weights, weight_overrides=tuple(overrides),
                               kv_dtype=kv_dtype, gdn_prefill=gdn_prefill,
+                              cpu_gemv_streams=cpu_gemv_streams,
                               memory_gib=memory_gib,
                               python_module=not no_python_module, build=not no_build,
                               dump_dir=dump_dir,

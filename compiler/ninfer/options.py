@@ -18,6 +18,7 @@ from ninfer.targets import Target
 
 PREFILL_PROJECTIONS = ("auto", "tvm", "coop")
 GDN_PREFILL = ("auto", "recurrent", "chunked")
+CPU_GEMV_STREAMS = ("auto", "1", "2")
 SPEC_KINDS = ("none", "ngram", "mtp")
 # --max-draft-tokens when --spec is given without it (vLLM's and NInfer's usual values)
 DEFAULT_DRAFT_TOKENS = {"ngram": 4, "mtp": 3}
@@ -79,6 +80,10 @@ class CompileOptions:
     # per row as the recurrence, which keeps the state in cache), and the CUDA chunked form
     # has not run on a GPU yet, so nothing says it is faster there.
     gdn_prefill: str = "auto"
+    # The cpu target's decode gemvs: weight streams a thread, "1" (hardware prefetch only)
+    # or "2" (prefetched in software); "auto" = what reads faster in the host's read probe
+    # (ninfer.roofline.host_gemv_streams), resolved by with_host_read.
+    cpu_gemv_streams: str = "auto"
     kernel_cache: Path = field(default_factory=lambda: DEFAULT_BUILD_DIR / ".kernel-cache")
     # False: build everything but model.ninfer (write it later with write_model_artifact,
     # e.g. on a machine that holds the weights but not TVM).
@@ -100,6 +105,9 @@ class CompileOptions:
         if self.prefill_projections not in PREFILL_PROJECTIONS:
             raise OptionsError(f"--prefill-projections must be 'auto', 'tvm' or 'coop', got "
                                f"{self.prefill_projections!r}")
+        if self.cpu_gemv_streams not in CPU_GEMV_STREAMS:
+            raise OptionsError(f"--cpu-gemv-streams must be one of {', '.join(CPU_GEMV_STREAMS)}"
+                               f", got {self.cpu_gemv_streams!r}")
         if self.gdn_prefill not in GDN_PREFILL:
             raise OptionsError(f"--gdn-prefill must be one of {', '.join(GDN_PREFILL)}, got "
                                f"{self.gdn_prefill!r}")
@@ -158,11 +166,35 @@ class CompileOptions:
         """Raise OptionsError where an option does not suit `target`."""
         if self.prefill_projections == "coop" and not target.is_cuda:
             raise OptionsError("--prefill-projections coop needs a CUDA target")
+        if self.cpu_gemv_streams != "auto" and target.is_cuda:
+            raise OptionsError(f"--cpu-gemv-streams applies to the cpu target, not "
+                               f"{target.name}")
         if target.is_cuda and self.kv_dtype not in CUDA_KV_DTYPES:
             raise OptionsError(f"--kv-dtype {self.kv_dtype}: the CUDA attention reads "
                                f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "
                                f"{target.name} with one of those (the other KV formats run on "
                                "the cpu target)")
+
+    def with_host_read(self, target: Target) -> tuple[CompileOptions, str | None]:
+        """These options with --cpu-gemv-streams auto resolved for this host (cpu target),
+        and the compile summary's note on the choice."""
+        if target.is_cuda or self.cpu_gemv_streams != "auto":
+            return self, None
+        from ninfer.roofline import RooflineError, host_gemv_streams
+
+        try:
+            streams, why = host_gemv_streams()
+        except RooflineError as exc:
+            return (replace(self, cpu_gemv_streams="2"),
+                    f"--cpu-gemv-streams not given: 2, the kernels' default ({exc})")
+        return (replace(self, cpu_gemv_streams=str(streams)),
+                f"--cpu-gemv-streams not given: {streams} weight stream"
+                f"{'s' if streams > 1 else ''} a thread in the decode gemvs, what reads "
+                f"faster here ({why})")
+
+    def gemv_streams(self, target: Target) -> int:
+        """make_plan's gemv_streams: 1 where the cpu target reads one stream a thread."""
+        return 1 if not target.is_cuda and self.cpu_gemv_streams == "1" else 0
 
     def projections(self, target: Target) -> Literal["tvm", "coop"]:
         """Where prefill projections run on `target` ("auto" resolved)."""

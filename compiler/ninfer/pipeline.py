@@ -70,8 +70,9 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     # 3. Plan: serve limits, kernel instances per role, memory budget.
     with stage("plan"):
         positions = model.graph.config.max_position_embeddings
+        opts, read_note = opts.with_host_read(target)
         plan = make_plan(model.graph, target, opts.serve_limits(target, positions),
-                         opts.weight_formats())
+                         opts.weight_formats(), opts.gemv_streams(target))
     dump.json("plan.json", plan.to_json())
 
     model_id = opts.resolved_model_id
@@ -139,7 +140,8 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
                            tuple((s.name(), s.family) for s in plan.unique_kernels()),
                            tuple(str(p.relative_to(out_dir)) for p in tree.files),
                            launches, stage.seconds,
-                           (*((weights_note,) if weights_note else ()), *model.notes,
+                           (*((weights_note,) if weights_note else ()),
+                            *((read_note,) if read_note else ()), *model.notes,
                             *opts.limit_notes(positions),
                             *(() if opts.build else (
                                 "--no-build: sources in src/, not built; the chat-template "

@@ -301,7 +301,10 @@ def weight_bytes(w: WeightSpec, formats: WeightFormats, target: Target) -> int:
 
 
 def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
-              weights: WeightFormats | None = None) -> Plan:
+              weights: WeightFormats | None = None, gemv_streams: int = 0) -> Plan:
+    """gemv_streams: the cpu target's decode gemvs, 1 = one weight stream a thread with
+    hardware prefetch only (MatmulSpec.streams), 0 = the kernels' default. A kernel choice,
+    not a serve limit: the artifact does not depend on it."""
     weights = weights or WeightFormats()
     limits.validate(graph)
     cfg = graph.config
@@ -404,7 +407,8 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
     def _matmul(k: int, n: int, b: bool, schedule: Literal["gemv", "gemm"], role: str
                 ) -> MatmulSpec:
         wdtype = weights.wdtype(role)
-        return MatmulSpec(k, n, b, schedule, wdtype, matmul_layout(target, wdtype))
+        streams = gemv_streams if schedule == "gemv" and not target.is_cuda else 0
+        return MatmulSpec(k, n, b, schedule, wdtype, matmul_layout(target, wdtype), streams)
 
     # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats)
     rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0

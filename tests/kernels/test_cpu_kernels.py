@@ -431,6 +431,42 @@ def test_object_exports_every_kernel(tmp_path: Path) -> None:
     assert undefined <= ALLOWED_UNDEFINED, f"unexpected undefined: {undefined - ALLOWED_UNDEFINED}"
 
 
+@pytest.mark.parametrize("wdtype", ["float32", "f16", "bf16", "q8g32", "q4g64"])
+def test_gemv_reads_one_stream_with_the_same_bits(wdtype: str) -> None:
+    """MatmulSpec.streams == 1 (one weight stream a thread, no software prefetch; chosen
+    per host by ninfer.roofline) changes how the gemv walks memory, not its arithmetic:
+    every row count gives bitwise the default gemv's outputs (with a bias, and the
+    quantized tail of N % 2 columns)."""
+    from ninfer.quantize import weight_formats as quant
+
+    layout = "rows" if quant.format_info(wdtype).quantized else "panels"
+    k, n_out = 256, 64 * 5 + 3
+    specs = {s: MatmulSpec(k=k, n_out=n_out, bias=True, wdtype=wdtype, layout=layout,
+                           streams=s) for s in (0, 1)}
+    assert specs[1].name() == specs[0].name() + "_s1"
+    ex = build_cpu_module(list(specs.values()))
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((n_out, k)) * 0.05).astype(np.float32)
+    parts = [tvm.runtime.tensor(a) for a in quant.pack(w, wdtype, layout).values()]
+    bias = tvm.runtime.tensor(rng.standard_normal(n_out).astype(np.float32))
+    for n in (1, 2, 3, 5):
+        x = tvm.runtime.tensor(rng.standard_normal((n, k)).astype(np.float32))
+        outs = {}
+        for s, spec in specs.items():
+            out = tvm.runtime.tensor(np.full((n, n_out), np.nan, np.float32))
+            ex[spec.name()](x, *parts, bias, out)
+            outs[s] = out.numpy()
+        assert np.isfinite(outs[0]).all()
+        assert np.array_equal(outs[0], outs[1]), f"{wdtype}, {n} rows"
+
+
+def test_one_stream_is_a_gemv_schedule_only() -> None:
+    with pytest.raises(ValueError, match="streams must be 0, or 1 with the gemv"):
+        MatmulSpec(k=64, n_out=64, schedule="gemm", streams=1)
+    with pytest.raises(ValueError, match="streams must be 0, or 1 with the gemv"):
+        MatmulSpec(k=64, n_out=64, streams=2)
+
+
 @pytest.mark.parametrize("wdtype", ["float32", "bf16"])
 def test_matmul_rows_are_bitwise_the_same_in_gemv_and_gemm(monkeypatch: pytest.MonkeyPatch,
                                                             wdtype: str) -> None:

@@ -122,9 +122,16 @@ class MatmulSpec:
     schedule: Literal["gemv", "gemm"] = "gemv"
     wdtype: str = "float32"
     layout: Literal["rows", "panels"] = "rows"
+    # CPU gemv only: 1 reads the weights as one stream a thread with the hardware
+    # prefetchers alone; 0 as the kernel's default streams, prefetched in software. The
+    # arithmetic of every output is the same either way (bitwise equal results).
+    streams: int = 0
 
     def __post_init__(self) -> None:
         _require_positive(self, "k", "n_out")
+        if self.streams not in (0, 1) or (self.streams and self.schedule != "gemv"):
+            raise ValueError(f"MatmulSpec.streams must be 0, or 1 with the gemv schedule; got "
+                             f"{self.streams} ({self.schedule})")
         _require_wdtype(self, self.wdtype)
         check_k(self.wdtype, self.k)
         check_layout(self.wdtype, self.layout)
@@ -135,7 +142,8 @@ class MatmulSpec:
         bias = "_bias" if self.bias else ""
         code = _DTYPE_CODES[self.wdtype]
         panels = "_p64" if self.layout == "panels" else ""
-        return f"matmul_k{self.k}_n{self.n_out}_{code}{panels}{bias}_{self.schedule}"
+        one = "_s1" if self.streams == 1 else ""
+        return f"matmul_k{self.k}_n{self.n_out}_{code}{panels}{bias}_{self.schedule}{one}"
 
     def signature(self) -> list[Arg]:
         # The weight's parts in quantize.weight_formats.part_layout order: "w" for float formats,

@@ -15,6 +15,9 @@ invariance), and on any vector width: 8 and 16 lanes give the same bits.
 - "gemv" (decode, a few rows): parallel over sub-panels (CV vectors of one panel); a
   thread's contiguous range of them is one sequential stream of w, read once. Up to MR
   rows run in one pass over the whole k range; more rows are k-blocked like the gemm.
+  1-3 rows read GEMV_STREAMS whole panels at once, prefetched PF_BYTES ahead; with
+  spec.streams == 1 one panel and no software prefetch (chosen per host at compile time,
+  ninfer.roofline.host_gemv_streams).
 - "gemm" (prefill): parallel over (sub-panel, block of MB rows); k is cut into blocks of
   KB so that the CV x KB block of w stays in L1 while the block's rows pass over it in
   tiles of MR (x comes from L2 as broadcasts: R scalars per CV vector loads).
@@ -114,7 +117,8 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
         raise ValueError(f"cpu_matmul: {CV} x {VW} columns do not divide a panel of {PANEL}")
     SUB = PANEL // SC  # sub-panels per panel
     CVF = PANEL // VW  # vectors of a whole panel (the gemv's streams)
-    GST = GEMV_STREAMS[VW]
+    # spec.streams == 1: one stream a thread, hardware prefetch only (see ninfer.roofline)
+    GST = (1, 1, 1) if spec.streams == 1 else GEMV_STREAMS[VW]
     NPAN = -(-N // PANEL)
     NPF = N // PANEL  # panels without padding
     NS = NPF * SUB  # their sub-panels
@@ -123,7 +127,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
     KB = max(1, min(K, tl.kb_bytes // (SC * WB)))
     MB = tl.mb
     LINE = 64 // WB  # weights per cache line
-    PF_AHEAD = PF_BYTES[VW] // WB
+    PF_AHEAD = 0 if spec.streams == 1 else PF_BYTES[VW] // WB
     # gemm: the first row tile of each k block prefetches w GEMM_PF_BLOCKS blocks ahead
     GEMM_PF = GEMM_PF_BLOCKS * KB * PANEL
 

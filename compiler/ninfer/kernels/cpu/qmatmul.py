@@ -39,7 +39,10 @@ tiles innermost, so that a thread's contiguous range of tasks reads NR long stre
 rows use each unpacked weight vector (the last task takes the 1-3 rows left); each stream
 is prefetched PREFETCH_BYTES ahead (rows are short, e.g. 2 KB for q4 at k = 4096, and the
 hardware prefetchers alone lose time at every row start), and the scale rows
-SCALE_PF_TILES column tiles ahead; the rows' sg are made first, for all of k. gemm:
+SCALE_PF_TILES column tiles ahead; the rows' sg are made first, for all of k. With
+spec.streams == 1 a task is one weight row (one stream a thread) and the weights are left
+to the hardware prefetchers (the read pattern of hosts where that reads faster, chosen at
+compile time by ninfer.roofline.host_gemv_streams). gemm:
 MR x NR tiles, k blocks, row blocks of MB (the x block of MB rows and its corrections
 stays in L1), parallel over column panels; sg per tile and k block. The N % NR last
 columns run one at a time, as gemm tiles of one column. All perform exactly the
@@ -88,6 +91,9 @@ class QTiles:
 # scales). 2 streams: 4 read ~20% faster than 1 on the session-11 VM and ~12% slower than
 # 2 on the Zen 5 one (RESULTS 2026-12-02); 2 is within a few % of the best on both.
 GEMV_TILES = QTiles(mr=1, nr=2, mb=1, panels=0)
+# gemv with spec.streams == 1: one stream a thread, no software prefetch of the weights
+# (the hosts where a plain read beats prefetched streams, see ninfer.roofline)
+GEMV_TILES_ONE = QTiles(mr=1, nr=1, mb=1, panels=0)
 GEMV_ROWS = 4  # gemv: rows of x per task (1..4; the last task of a call takes the rest)
 # gemm on zmm: 12 accumulators of 16 lanes (4 x 2, 6 x 2, 6 x 3 and 8 x 2 measured within
 # noise; 32 rows of x per block, 2 KB each per k block of q4 with its corrections, ran
@@ -157,7 +163,7 @@ def _bcast(value: tirx.PrimExpr, lanes: int) -> tirx.PrimExpr:
 
 def qmatmul(spec: MatmulSpec) -> tirx.PrimFunc:
     if spec.schedule == "gemv":
-        tiles = GEMV_TILES
+        tiles = GEMV_TILES_ONE if spec.streams == 1 else GEMV_TILES
     else:
         tiles = GEMM_TILES if use_vnni() and use_zmm() else GEMM_TILES_YMM
     return _qmatmul(spec, tiles)
@@ -394,7 +400,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
 
     def micro_macro(gemv: bool):
         step, tail_step = (step_gemv, tail_gemv) if gemv else (step_gemm, tail_gemm)
-        PF = PREFETCH_BYTES if gemv else 0
+        PF = PREFETCH_BYTES if gemv and spec.streams != 1 else 0
         cs = NJB if gemv else 1
 
         @T.macro

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
@@ -132,3 +133,67 @@ def best_of(roofs: list[Roofline]) -> Roofline:
                    fma_gflops=max(r.fma_gflops for r in roofs),
                    fma_256_gflops=max(r.fma_256_gflops for r in roofs),
                    read_plain_gbps=max(r.read_plain_gbps for r in roofs))
+
+
+# The CPU gemvs read their weights either as one stream a thread with the hardware
+# prefetchers alone, or as two streams a thread prefetched in software (the kernels'
+# default). Which is faster depends on the host: on the 2-core AMD Zen 4 VM of RESULTS
+# 2026-12-06 one stream decoded 5-16% faster (q4g64, f16), on the Intel VMs before it two
+# prefetched streams read 20-30% more than a plain loop. The compile picks the pattern
+# that reads faster in this probe.
+HOST_READ_FILE = DEFAULT_BUILD_DIR / ".host-read.json"
+STREAMS_ENV = "NINFER_CPU_GEMV_STREAMS"
+
+
+def gemv_streams_for(patterns: dict[str, float]) -> int:
+    """1 where the plain read (one stream a thread, hardware prefetch only) beat every
+    prefetched two-stream pattern of the probe, else 2."""
+    two = [v for name, v in patterns.items() if name.startswith("s2")]
+    if "plain" not in patterns or not two:
+        raise RooflineError(f"the read probe gave no plain and two-stream patterns: {patterns}")
+    return 1 if patterns["plain"] > max(two) else 2
+
+
+def _host_id() -> str:
+    """This CPU's model name and feature flags (what the cached choice is valid for)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    blob = f"{fields.get('model name', '')}|{fields.get('flags', '')}|{os.cpu_count()}"
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def host_gemv_streams(cache: Path = HOST_READ_FILE) -> tuple[int, str]:
+    """(streams, why) for this host's CPU gemvs: the value of NINFER_CPU_GEMV_STREAMS (1 or
+    2) where set, else the choice of gemv_streams_for over the read probe (every core,
+    huge pages, as the engine holds its weights), measured once per CPU and kept in
+    `cache`."""
+    env = os.environ.get(STREAMS_ENV)
+    if env is not None:
+        if env not in ("1", "2"):
+            raise RooflineError(f"{STREAMS_ENV}={env!r}: must be 1 or 2")
+        return int(env), f"{STREAMS_ENV}={env}"
+    host = _host_id()
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    patterns = known.get(host) if isinstance(known, dict) else None
+    measured = "measured before on this CPU"
+    if not isinstance(patterns, dict):
+        patterns = read_patterns(probe_bytes(0), os.cpu_count() or 1, repeats=3, huge=True)
+        measured = "measured now"
+        known = known if isinstance(known, dict) else {}
+        known[host] = patterns
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+        tmp.replace(cache)
+    streams = gemv_streams_for(patterns)
+    two = max(v for name, v in patterns.items() if name.startswith("s2"))
+    return streams, (f"read probe ({measured}): one plain stream a thread {patterns['plain']:.1f}"
+                     f" GB/s, two prefetched streams {two:.1f} GB/s")
