@@ -9,10 +9,13 @@ while that variant's build compiles). Every build is bench_llamacpp's 0.5B Qwen3
 --format (as profile_decode builds it, into build/bench/ab-<format>-<NAME>). With
 --in-process BLOCK, every build's engine is loaded into one process (64 warm-up steps
 each) and each round decodes --steps steps per build in blocks of BLOCK, the builds
-taking turns block by block: what saw 1-2% on a busy VM, for kernel variants of the
-quantized formats. Two f16 engines (2 GB of weights) favoured whichever loaded first by
-5-22%, and builds whose runtime (thread pool) differs meet each other's idle workers, so
-those need the other mode. Without it,
+taking turns block by block. (Until session 28 every variant linked the first build's
+cached kernels, so the "1-2%" this mode was credited with was the spread of identical
+builds; with distinct kernels the same variant read 1.05 and 1.16 in two runs on the Zen 4
+VM: repeat a run before trusting a few percent.) A variant with attributes compiles its
+kernels into a cache of its own. Two f16 engines (2 GB of weights) favoured whichever
+loaded first by 5-22%, and builds whose runtime (thread pool) differs meet each other's
+idle workers, so those need the other mode. Without it,
 each round runs every build's decode in a fresh process (profile_decode's worker: 64
 warm-up steps, then --steps timed ones) in turn, every other round in reverse order; a
 process's place in its round moved its rate by 10-20% while this VM was busy (RESULTS

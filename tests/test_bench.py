@@ -321,12 +321,16 @@ def test_host_gemv_streams_measures_once_per_cpu(monkeypatch, tmp_path):
     monkeypatch.setattr(roofline, "_host_id", lambda: "another cpu")
     assert roofline.host_gemv_streams(cache)[0] == 1 and len(calls) == 2
     assert len(json.loads(cache.read_text())) == 2
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    streams, why = roofline.host_gemv_streams(blocked / "host-read.json")  # a file as its dir
+    assert streams == 1 and "not kept" in why and len(calls) == 3
     monkeypatch.setenv(roofline.STREAMS_ENV, "2")
     assert roofline.host_gemv_streams(cache) == (2, f"{roofline.STREAMS_ENV}=2")
     monkeypatch.setenv(roofline.STREAMS_ENV, "3")
     with pytest.raises(roofline.RooflineError, match="must be 1 or 2"):
         roofline.host_gemv_streams(cache)
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 def test_roofline_probe_buffer_outgrows_the_last_level_cache(monkeypatch):

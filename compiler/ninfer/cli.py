@@ -56,7 +56,8 @@ console = Console(stderr=True)
 @click.option("--cpu-gemv-streams", default="auto", show_default=True,
               type=click.Choice(["auto", "1", "2"]),
               help="cpu target: the decode gemvs read their weights as 1 stream a thread "
-                   "(hardware prefetch only) or 2 (prefetched in software). auto = what reads "
+                   "(hardware prefetch only) or as the kernels' default streams, 2 a thread for "
+                   "one row, prefetched in software (results bitwise the same). auto = what reads "
                    "faster in this host's read probe (measured once per CPU; "
                    "NINFER_CPU_GEMV_STREAMS=1|2 sets it for every compile).")
 @click.option("--gdn-prefill", default="auto", show_default=True,

@@ -145,13 +145,19 @@ HOST_READ_FILE = DEFAULT_BUILD_DIR / ".host-read.json"
 STREAMS_ENV = "NINFER_CPU_GEMV_STREAMS"
 
 
-def gemv_streams_for(patterns: dict[str, float]) -> int:
-    """1 where the plain read (one stream a thread, hardware prefetch only) beat every
-    prefetched two-stream pattern of the probe, else 2."""
+def _plain_and_two(patterns: dict[str, float]) -> tuple[float, float]:
+    """(the plain read, the best prefetched two-stream pattern) of a read probe, GB/s."""
     two = [v for name, v in patterns.items() if name.startswith("s2")]
     if "plain" not in patterns or not two:
         raise RooflineError(f"the read probe gave no plain and two-stream patterns: {patterns}")
-    return 1 if patterns["plain"] > max(two) else 2
+    return patterns["plain"], max(two)
+
+
+def gemv_streams_for(patterns: dict[str, float]) -> int:
+    """1 where the plain read (one stream a thread, hardware prefetch only) beat every
+    prefetched two-stream pattern of the probe, else 2."""
+    plain, two = _plain_and_two(patterns)
+    return 1 if plain > two else 2
 
 
 def _host_id() -> str:
@@ -189,11 +195,14 @@ def host_gemv_streams(cache: Path = HOST_READ_FILE) -> tuple[int, str]:
         measured = "measured now"
         known = known if isinstance(known, dict) else {}
         known[host] = patterns
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-        tmp.replace(cache)
-    streams = gemv_streams_for(patterns)
-    two = max(v for name, v in patterns.items() if name.startswith("s2"))
-    return streams, (f"read probe ({measured}): one plain stream a thread {patterns['plain']:.1f}"
-                     f" GB/s, two prefetched streams {two:.1f} GB/s")
+        try:  # best effort: a build directory that cannot be written measures every time
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+            tmp.replace(cache)
+        except OSError:
+            measured = f"measured now; not kept, {cache} cannot be written"
+    plain, two = _plain_and_two(patterns)
+    return gemv_streams_for(patterns), (f"read probe ({measured}): one plain stream a "
+                                        f"thread {plain:.1f} GB/s, two prefetched streams "
+                                        f"{two:.1f} GB/s")
