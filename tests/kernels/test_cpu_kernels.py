@@ -431,7 +431,7 @@ def test_object_exports_every_kernel(tmp_path: Path) -> None:
     assert undefined <= ALLOWED_UNDEFINED, f"unexpected undefined: {undefined - ALLOWED_UNDEFINED}"
 
 
-@pytest.mark.parametrize("wdtype", ["float32", "f16", "bf16", "q8g32", "q4g64"])
+@pytest.mark.parametrize("wdtype", ["float32", "f16", "bf16", "bf16+x", "q8g32", "q4g64"])
 def test_gemv_reads_one_stream_with_the_same_bits(wdtype: str) -> None:
     """MatmulSpec.streams == 1 (one weight stream a thread, no software prefetch; chosen
     per host by ninfer.roofline) changes how the gemv walks memory, not its arithmetic:
@@ -439,10 +439,11 @@ def test_gemv_reads_one_stream_with_the_same_bits(wdtype: str) -> None:
     quantized tail of N % 2 columns)."""
     from ninfer.quantize import weight_formats as quant
 
+    wdtype, _, x = wdtype.partition("+")  # bf16+x: x rounded to bf16 (MatmulSpec.x_bf16)
     layout = "rows" if quant.format_info(wdtype).quantized else "panels"
     k, n_out = 256, 64 * 5 + 3
     specs = {s: MatmulSpec(k=k, n_out=n_out, bias=True, wdtype=wdtype, layout=layout,
-                           streams=s) for s in (0, 1)}
+                           streams=s, x_bf16=x == "x") for s in (0, 1)}
     assert specs[1].name() == specs[0].name() + "_s1"
     ex = build_cpu_module(list(specs.values()))
     rng = np.random.default_rng(5)
@@ -467,7 +468,7 @@ def test_one_stream_is_a_gemv_schedule_only() -> None:
         MatmulSpec(k=64, n_out=64, streams=2)
 
 
-@pytest.mark.parametrize("wdtype", ["float32", "bf16"])
+@pytest.mark.parametrize("wdtype", ["float32", "bf16", "bf16+x"])
 def test_matmul_rows_are_bitwise_the_same_in_gemv_and_gemm(monkeypatch: pytest.MonkeyPatch,
                                                             wdtype: str) -> None:
     """Batch invariance: a row's result does not depend on the schedule, on the other rows
@@ -479,8 +480,9 @@ def test_matmul_rows_are_bitwise_the_same_in_gemv_and_gemm(monkeypatch: pytest.M
     from ninfer.kernels.cpu import matmul
     from ninfer.quantize import weight_formats as quant
 
+    wdtype, _, x_round = wdtype.partition("+")  # bf16+x: MatmulSpec.x_bf16
     k, n_out = 2100, 64 * 2 + 10
-    specs = [_mm(k=k, n_out=n_out, bias=True, schedule=s, wdtype=wdtype)
+    specs = [_mm(k=k, n_out=n_out, bias=True, schedule=s, wdtype=wdtype, x_bf16=x_round == "x")
              for s in ("gemv", "gemm")]
     builds = {}
     for lanes in (8, 16):
@@ -498,8 +500,7 @@ def test_matmul_rows_are_bitwise_the_same_in_gemv_and_gemm(monkeypatch: pytest.M
         return out.numpy()
 
     batched = run(builds[16], specs[1], x)
-    wd = quant.dequantize({"w": wp}, wdtype, k, "panels", n_out).astype(np.float64)
-    ref = x.astype(np.float64) @ wd.T + b
+    ref = reference(specs[1], x, wp, b)  # x_bf16: x rounded to bf16, as the kernel does
     assert np.linalg.norm(batched - ref) / np.linalg.norm(ref) <= TOL
     for ex in builds.values():
         for spec in specs:

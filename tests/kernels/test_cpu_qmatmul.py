@@ -28,13 +28,15 @@ from ninfer.quantize import weight_formats as quant
 pytestmark = pytest.mark.unit
 
 TOL = 1e-5
-FORMATS = ["f16", "bf16", "q8g32", "q4g64", "q4g128"]
+# "bf16+x": bf16 weights times x rounded to bf16 (MatmulSpec.x_bf16, the plan's default)
+FORMATS = ["f16", "bf16", "bf16+x", "q8g32", "q4g64", "q4g128"]
 
 # (k, n_out) shapes per format: several groups, odd n_out (column tails of both
 # schedules), and k over several 1024-long k blocks with a partial last block.
 SHAPES = {
     "f16": [(200, 37), (2100, 74)],
     "bf16": [(200, 37), (2100, 74)],
+    "bf16+x": [(201, 37), (2101, 74)],  # odd k: a last k step without its pair
     # 3 groups (a two-group step and a one-group step); 67 groups = 2 full blocks + 3 groups
     "q8g32": [(96, 37), (2144, 74)],
     "q4g64": [(192, 37), (2240, 74)],  # 3 groups; 35 groups
@@ -45,8 +47,10 @@ ROWS = [1, 3, 7, 33]
 
 def _spec(k: int, n_out: int, bias: bool, schedule: str, fmt: str) -> MatmulSpec:
     """A matmul in the layout the CPU kernels take (panels for float formats)."""
+    fmt, _, x = fmt.partition("+")
     layout = "rows" if quant.format_info(fmt).quantized else "panels"
-    return MatmulSpec(k, n_out, bias, schedule, fmt, layout)  # type: ignore[arg-type]
+    return MatmulSpec(k, n_out, bias, schedule, fmt, layout,  # type: ignore[arg-type]
+                      x_bf16=x == "x")
 
 
 def _cases() -> list[tuple[MatmulSpec, int]]:
@@ -149,8 +153,10 @@ def test_every_group_dot_path_gives_the_same_bits(monkeypatch: pytest.MonkeyPatc
 # Output error of the formats against float32 weights and unrounded activations, with
 # Gaussian x and w (k = 4096). Measured (rel. L2): f16 2e-4, bf16 1.7e-3, q8g32 7.6e-3
 # (5.4e-3 from the weights, the rest from rounding x to int8), q4g64 9.6e-2, q4g128
-# 1.04e-1. Rounding x alone adds 5-7e-3 (Gaussian x), up to 1.4e-2 for heavy-tailed x.
-ACCURACY_BOUND = {"f16": 4e-4, "bf16": 3e-3, "q8g32": 1e-2, "q4g64": 0.11, "q4g128": 0.12}
+# 1.04e-1. Rounding x alone adds 5-7e-3 (Gaussian x), up to 1.4e-2 for heavy-tailed x;
+# bf16 with x rounded to bf16 2.4e-3 (each rounding 1.7e-3).
+ACCURACY_BOUND = {"f16": 4e-4, "bf16": 3e-3, "bf16+x": 4e-3, "q8g32": 1e-2, "q4g64": 0.11,
+                  "q4g128": 0.12}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -161,6 +167,7 @@ def test_accuracy_against_unquantized_matmul(kernels: tvm.runtime.Executable, fm
     w = rng.standard_normal((n_out, k)).astype(np.float32)
     x = rng.standard_normal((7, k)).astype(np.float32)
     b = rng.standard_normal(n_out).astype(np.float32)
+    fmt = spec.wdtype
     parts = quant.pack(w, fmt, spec.layout)
     names = [name for name, _, _ in quant.part_layout(fmt, n_out, k, spec.layout)]
     out = _run(kernels, spec, [x, *(parts[p] for p in names), b])
@@ -359,7 +366,7 @@ def test_object_exports_every_format(kernels: tvm.runtime.Executable, tmp_path: 
     undefined = {line.split()[1] for line in symbols.stdout.splitlines()
                  if len(line.split()) == 2 and line.split()[0] == "U"}
     specs = {spec for spec, _ in CASES}
-    assert {(s.wdtype, s.schedule, s.bias) for s in specs} == {
+    assert {(s.wdtype + ("+x" if s.x_bf16 else ""), s.schedule, s.bias) for s in specs} == {
         (f, sched, b) for f in FORMATS for sched in ("gemv", "gemm") for b in (False, True)}
     for spec in specs:
         assert f"__tvm_ffi_{spec.name()}" in symbols.stdout

@@ -50,10 +50,13 @@ def rmsnorm(spec: RMSNormSpec, x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def matmul(spec: MatmulSpec, x: np.ndarray, *weight_and_bias: np.ndarray) -> np.ndarray:
     """x @ w.T (+ bias) with w dequantized from its parts (quant.dequantize); for
     group-quantized formats x is first rounded as the kernels round it
-    (quant.activation_roundtrip), so the kernels match this up to float32 rounding."""
+    (quant.activation_roundtrip), and with spec.x_bf16 rounded to bf16, so the kernels match
+    this up to float32 rounding."""
     layout = quant.part_layout(spec.wdtype, spec.n_out, spec.k, spec.layout)
     parts = {name: arr for (name, _, _), arr in zip(layout, weight_and_bias, strict=False)}
     w = quant.dequantize(parts, spec.wdtype, spec.k, spec.layout, spec.n_out)
+    if spec.x_bf16:
+        x = quant.round_bf16(x)
     out = _f64(quant.activation_roundtrip(x, spec.wdtype)) @ _f64(w).T
     if spec.bias:
         out += _f64(weight_and_bias[len(layout)])

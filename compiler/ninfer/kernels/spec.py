@@ -126,6 +126,10 @@ class MatmulSpec:
     # prefetchers alone; 0 as the kernel's default streams, prefetched in software. The
     # arithmetic of every output is the same either way (bitwise equal results).
     streams: int = 0
+    # bf16 weights in the panels layout (the CPU kernels): True multiplies them with x
+    # rounded to bf16 (nearest even), k in pairs, as vdpbf16ps computes (llama.cpp's BF16
+    # path rounds x the same way; kernels/cpu/matmul.py); False with float32 x.
+    x_bf16: bool = False
 
     def __post_init__(self) -> None:
         _require_positive(self, "k", "n_out")
@@ -137,13 +141,18 @@ class MatmulSpec:
         check_layout(self.wdtype, self.layout)
         if self.schedule not in ("gemv", "gemm"):
             raise ValueError(f"MatmulSpec.schedule must be 'gemv' or 'gemm', got {self.schedule!r}")
+        if self.x_bf16 and (self.wdtype, self.layout) != ("bf16", "panels"):
+            raise ValueError(f"MatmulSpec.x_bf16 is for bf16 weights in the panels layout; got "
+                             f"{self.wdtype} in {self.layout}")
 
     def name(self) -> str:
         bias = "_bias" if self.bias else ""
         code = _DTYPE_CODES[self.wdtype]
         panels = "_p64" if self.layout == "panels" else ""
         one = "_s1" if self.streams == 1 else ""
-        return f"matmul_k{self.k}_n{self.n_out}_{code}{panels}{bias}_{self.schedule}{one}"
+        xb = "_xbf16" if self.x_bf16 else ""
+        return (f"matmul_k{self.k}_n{self.n_out}_{code}{panels}{xb}{bias}_{self.schedule}"
+                f"{one}")
 
     def signature(self) -> list[Arg]:
         # The weight's parts in quantize.weight_formats.part_layout order: "w" for float formats,

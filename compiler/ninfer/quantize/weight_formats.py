@@ -311,6 +311,13 @@ def quantize_activations(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarra
     return xq, dx.astype(np.float32)
 
 
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """x rounded to bfloat16 (nearest even) and widened back to float32: what the CPU matmul
+    multiplies bf16 weights with (kernels.cpu.matmul; the CUDA kernels keep x float32)."""
+    bits = _bf16_bits(np.asarray(x, np.float32)).astype(np.uint32) << 16
+    return bits.view(np.float32).reshape(np.shape(x))
+
+
 def activation_roundtrip(x: np.ndarray, fmt: str) -> np.ndarray:
     """x as the kernels of `fmt` see it: unchanged for float formats, else xq * dx."""
     if not format_info(fmt).quantized:

@@ -22,7 +22,7 @@ from ninfer.quantize.weight_formats import format_info
 from ninfer.targets import Target
 
 from ..spec import KernelSpec, KvStoreSpec, MatmulSpec
-from . import attention, elementwise, gdn, kv, matmul, moe, qmatmul
+from . import attention, bf16dot, elementwise, gdn, kv, matmul, moe, qmatmul
 
 
 def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
@@ -94,7 +94,8 @@ _PASS_CONFIG = {"tirx.disable_storage_rewrite": True}
 def build_cpu_module(specs: Iterable[KernelSpec]) -> tvm.runtime.Executable:
     """Compile all specs into one executable; `ex[spec.name()](*args)` runs a kernel."""
     with tvm.transform.PassContext(config=_PASS_CONFIG):
-        return tvm.compile(_module(specs), target=cpu_target())
+        ex = tvm.compile(_module(specs), target=cpu_target())
+    return bf16dot.patch(ex)  # vdpbf16ps where a bf16 matmul placed it
 
 
 def build_cpu_object(specs: Iterable[KernelSpec], out_path: Path) -> Path:

@@ -127,6 +127,18 @@ def hmax(buf: tirx.Buffer, *prefix: tirx.PrimExpr, lanes: int = VECTOR_LANES) ->
     return terms[0]
 
 
+def bf16_bits(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """float32 x rounded to bfloat16, nearest-even, as its uint16 bits (the numpy mirror:
+    quantize.weight_formats). Quiet NaNs stay NaN; a signalling NaN with only low payload
+    bits would round to infinity (arithmetic never makes one)."""
+    u32 = "uint32"
+    bits = tirx.reinterpret(u32, x)
+    one = tirx.const(1, u32)
+    sixteen = tirx.const(16, u32)
+    rounded = (bits + tirx.const(0x7FFF, u32) + ((bits >> sixteen) & one)) >> sixteen
+    return tirx.Cast("uint16", rounded)
+
+
 def prefetch(buf: tirx.Buffer, *index: tirx.PrimExpr) -> tirx.PrimExpr:
     """Hint the cache line holding buf[index] into L1 (a no-op for correctness; prefetching
     into L2 instead measured no faster, RESULTS 2026-12-02). The index may run past the

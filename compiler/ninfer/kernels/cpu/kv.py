@@ -19,7 +19,7 @@ from tvm.script import tirx as T
 from ninfer.quantize.kv_formats import FP8_MAX, KV_GROUP, kv_format
 
 from ..spec import KvStoreSpec
-from .common import F32, VECTOR_LANES, f32, hmax, i64, scratch
+from .common import F32, VECTOR_LANES, bf16_bits, f32, hmax, i64, scratch
 
 VW = VECTOR_LANES
 GV = KV_GROUP // VW  # vectors per scale group
@@ -94,9 +94,7 @@ def _encode_float(kv_dtype: str, x: tirx.PrimExpr) -> tirx.PrimExpr:
     if kv_dtype == "f16":
         return tirx.Cast("float16", tirx.max(tirx.min(x, f32(_F16_MAX)), f32(-_F16_MAX)))
     if kv_dtype == "bf16":
-        bits = tirx.reinterpret("uint32", x)
-        rounded = (bits + _u32(0x7FFF) + ((bits >> _u32(16)) & _u32(1))) >> _u32(16)
-        return tirx.Cast("uint16", rounded)
+        return bf16_bits(x)
     if kv_dtype == "fp8":
         bits = tirx.reinterpret("uint32", x)
         a = tirx.min(tirx.reinterpret(F32, bits & _u32(0x7FFFFFFF)), f32(FP8_MAX))

@@ -31,6 +31,19 @@ padding; their outputs are computed whole-k in one block and stored with a colum
 16-bit float weights (f16: IEEE half, converted by vcvtph2ps; bf16: stored as uint16 bits,
 widened and shifted into the top half of a float32) are converted in registers as they
 are loaded. Group-quantized formats are in qmatmul.py.
+
+With MatmulSpec.x_bf16 (the plan's default for bf16 weights, --cpu-bf16-activations)
+bf16 weights multiply x rounded to bf16 (nearest even; as llama.cpp's BF16 path), and k
+goes in pairs: each output's chain is acc = acc + x[k+1] w[k+1], then acc = acc + x[k] w[k],
+for k = 0, 2, 4, ... (an odd last k alone), each product exact in float32. That is what
+vdpbf16ps computes (bf16dot), one instruction for two k steps of 16 columns, twice the
+arithmetic rate of widening w for vfmadd; hosts without AVX512_BF16 run the same chain as
+two FMAs. The results are the same bits either way, except that the instruction flushes
+subnormal inputs and results to zero; within one host every schedule runs the same one,
+so batch invariance holds as above. The gemm's k blocks hold whole pairs. With the
+instruction, the micro-kernel rounds its rows of x once a k block (vcvtneps2bf16) and its
+accumulators hold their columns in bf16dot.PAIR_COLUMNS order, put back in order as they
+are stored.
 """
 
 from __future__ import annotations
@@ -43,7 +56,8 @@ from tvm.script import tirx as T
 from ninfer.quantize.weight_formats import PANEL
 
 from ..spec import MatmulSpec
-from .common import F32, f32, host_vector_lanes, i64, prefetch, scratch
+from . import bf16dot
+from .common import F32, bf16_bits, f32, host_has, host_vector_lanes, i64, prefetch, scratch
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,10 @@ class MatmulTiles:
 TILES_512 = MatmulTiles(mr=6, cv=4, kb_bytes=32768, mb=64)
 TILES_256 = MatmulTiles(mr=6, cv=2, kb_bytes=32768, mb=64)
 GEMM_PF_BLOCKS = 2
+# gemm k block of w with vdpbf16ps (bf16 weights): each block's fixed costs (rounding x,
+# ordering the accumulators' columns) weigh twice as much as with FMAs, so 1024 k a block
+# (w from L2, prefetched): 318 -> 350 GFLOP/s on Zen 4 (RESULTS 2026-12-06, session 29)
+DP_KB_BYTES = 131072
 # gemv: streams of w (whole panels) per thread for 1, 2 and 3 rows, by float32 lanes
 # (accumulators: rows x streams x PANEL / lanes). 16 lanes: two streams prefetched 1 KB
 # ahead read 2-8% faster for one row and 15-20% faster for two than four or three streams
@@ -77,6 +95,13 @@ def matmul_lanes() -> int:
     """float32 lanes of the float matmuls' vectors: 16 where the host has AVX-512, else 8.
     The result does not depend on it (see the module docstring)."""
     return host_vector_lanes()
+
+
+def use_dpbf16() -> bool:
+    """bf16 weights: one vdpbf16ps per pair of k steps where the host has AVX512_BF16 (and
+    the kernels use 16 lanes); elsewhere two FMAs in the instruction's order, which give the
+    same results but where it flushes a subnormal to zero."""
+    return host_vector_lanes() == bf16dot.LANES and host_has("avx512bf16")
 
 
 def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
@@ -124,7 +149,13 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
     NS = NPF * SUB  # their sub-panels
     N0 = NPF * PANEL
     NST = -(-(N - N0) // SC)  # sub-panels of the padded panel with a valid column
-    KB = max(1, min(K, tl.kb_bytes // (SC * WB)))
+    # bf16: x is rounded to bf16 and k is taken in pairs (see the module docstring); k blocks
+    # hold whole pairs, so only the last one ends in a single step
+    PAIRS = spec.x_bf16
+    DP = PAIRS and use_dpbf16() and VW == bf16dot.LANES
+    KB = max(1, min(K, (DP_KB_BYTES if DP else tl.kb_bytes) // (SC * WB)))
+    if PAIRS and KB < K:
+        KB -= KB % 2
     MB = tl.mb
     LINE = 64 // WB  # weights per cache line
     PF_AHEAD = 0 if spec.streams == 1 else PF_BYTES[VW] // WB
@@ -149,81 +180,196 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
         return _pan(sj, CW) * PANEL + _pcol(sj, CW) + c % CW * VW
 
     @T.macro
-    def micro(x, w, bias, out, acc, i0, s, k0, kn, R, tail, pf, ST=1, sd=0, CW=CV):
+    def prefetch_step(w, s, k, pf, ST, sd, CW):
+        if pf > 0:  # pf weights ahead along each stream
+            for j in T.unroll(ST):
+                for ln in T.unroll(_lines(CW)):
+                    T.evaluate(prefetch(w, 0, 0, (_pan(s + j * sd, CW) * K + k) * PANEL
+                                        + _pcol(s + j * sd, CW) + ln * LINE + pf))
+
+    # DP: accumulator vectors 2 j and 2 j + 1 of a micro-kernel are one float32 x32,
+    # acc[r, j, 0:32], holding their 32 columns in bf16dot.PAIR_COLUMNS order
+    R32 = tirx.Ramp(i64(0), i64(1), 2 * VW)
+    TO_PAIRS = [tirx.IntImm("int32", c) for c in bf16dot.PAIR_COLUMNS]
+    FROM_PAIRS = [tirx.IntImm("int32", bf16dot.PAIR_COLUMNS.index(c)) for c in range(2 * VW)]
+
+    def acc_shape(R, C):
+        # the accumulators of R rows x C vectors (one buffer an iteration: common.scratch)
+        return (R, C // 2, 2 * VW) if DP else (R, C, VW)
+
+    def _ac(c):
+        # index of accumulator vector c in its buffer, and of its first lane
+        return c // 2 if DP else c
+
+    def _av(c, v):
+        return c % 2 * VW + v if DP else v
+
+    def _lane_col(s, sd, c, v, CW):
+        # output column of lane v of accumulator vector c
+        if DP:
+            return _col(s, sd, c - c % 2, CW) + (
+                8 * (v // 4) + 4 * (c % 2) + v % 4)
+        return _col(s, sd, c, CW) + v
+
+    def _w32(w, s, sd, c, CW, k):
+        # uint16 x32: the bf16 weights of accumulator vectors c, c + 1 at k
+        sj = s + c // CW * sd
+        return w[_pan(sj, CW), k, tirx.Ramp(_pcol(sj, CW) + c % CW * VW, i64(1), 2 * VW)]
+
+    def _bf16(bits):
+        return tirx.reinterpret(F32, tirx.Cast("uint32", bits) << tirx.const(16, "uint32"))
+
+    @T.macro
+    def fma_pair(x, w, acc, r, s, sd, c, CW, xs, kx, k, two):
+        # acc += x[k+1] w[k+1] (when two), then acc += x[k] w[k]; xs[kx] holds x[k] (bf16)
+        if two:
+            for v in T.vectorized(VW):
+                acc[r, c, v] = acc[r, c, v] + _bf16(xs[r, kx + 1]) * _weight(
+                    w, WD, _pan(s + c // CW * sd, CW), k + 1,
+                    _pcol(s + c // CW * sd, CW) + c % CW * VW + v)
+        for v in T.vectorized(VW):
+            acc[r, c, v] = acc[r, c, v] + _bf16(xs[r, kx]) * _weight(
+                w, WD, _pan(s + c // CW * sd, CW), k,
+                _pcol(s + c // CW * sd, CW) + c % CW * VW + v)
+
+    @T.macro
+    def pair_steps(x, w, acc, i0, s, k0, kn, R, pf, ST, sd, CW, kcap):
+        # bf16 weights: rows i0..i0+R of x at k0..k0+kn rounded to bf16 (xs; a zero after
+        # the last), then per pair of k: acc += x[k+1] w[k+1], acc += x[k] w[k] (vdpbf16ps,
+        # or two FMAs: the product of two bf16 values is exact in float32); an odd last k
+        # alone (vdpbf16ps: with a zero weight and x at k + 1).
+        xs = scratch((R, kcap + 2), "uint16")
+        for r in T.unroll(R):
+            for kq in range(kn // VW):
+                if DP:
+                    xs[r, tirx.Ramp(kq * VW, i64(1), VW)] = bf16dot.round_bf16(
+                        x[i0 + r, tirx.Ramp(k0 + kq * VW, i64(1), VW)])
+                else:
+                    for v in T.vectorized(VW):
+                        xs[r, kq * VW + v] = bf16_bits(x[i0 + r, k0 + kq * VW + v])
+            for kt in range(kn % VW):
+                xs[r, kn // VW * VW + kt] = bf16_bits(x[i0 + r, k0 + kn // VW * VW + kt])
+            xs[r, kn] = T.uint16(0)
+        for kp in range(kn // 2):
+            prefetch_step(w, s, k0 + 2 * kp, pf, ST, sd, CW)
+            prefetch_step(w, s, k0 + 2 * kp + 1, pf, ST, sd, CW)
+            for r in T.unroll(R):
+                if DP:
+                    for c2 in T.unroll(ST * CW // 2):
+                        acc[r, c2, R32] = bf16dot.dot(
+                            acc[r, c2, R32], _w32(w, s, sd, 2 * c2, CW, k0 + 2 * kp),
+                            _w32(w, s, sd, 2 * c2, CW, k0 + 2 * kp + 1),
+                            xs[r, tirx.Ramp(2 * kp, i64(1), 2)])
+                else:
+                    for c in T.unroll(ST * CW):
+                        fma_pair(x, w, acc, r, s, sd, c, CW, xs, 2 * kp, k0 + 2 * kp, True)
+        if kn % 2 == 1:
+            for r in T.unroll(R):
+                if DP:
+                    for c2 in T.unroll(ST * CW // 2):
+                        acc[r, c2, R32] = bf16dot.dot(
+                            acc[r, c2, R32], _w32(w, s, sd, 2 * c2, CW, k0 + kn - 1),
+                            tirx.Broadcast(tirx.const(0, "uint16"), 2 * VW),
+                            xs[r, tirx.Ramp(kn - 1, i64(1), 2)])
+                else:
+                    for c in T.unroll(ST * CW):
+                        fma_pair(x, w, acc, r, s, sd, c, CW, xs, kn - 1, k0 + kn - 1, False)
+
+    @T.macro
+    def micro(x, w, bias, out, acc, i0, s, k0, kn, R, tail, pf, ST=1, sd=0, CW=CV, kcap=K):
         # Rows i0..i0+R of the sub-panels s + j * sd, j < ST, of CW vectors each (panel
         # s // (PANEL // (CW * VW)), vectors (s % ...) * CW ..), k0..k0+kn: resume the
         # chains from out (or start them from the bias at k0 = 0), add the products, store
         # them back. ST > 1 reads ST streams of w at once (more memory-level parallelism
-        # for a single row).
+        # for a single row). kn <= kcap (a Python int: the size of bf16's scratch of x).
         for r in T.unroll(R):
-            for c in T.unroll(ST * CW):
-                if tail:  # k0 == 0 here; columns past N start (and stay) unused
-                    for v in range(VW):
+            if DP and not tail:  # 32 columns a pair of vectors, in PAIR_COLUMNS order
+                for c2 in T.unroll(ST * CW // 2):
+                    if k0 == 0:
                         if has_bias:
-                            acc[r, c, v] = T.if_then_else(
-                                _col(s, sd, c, CW) + v < N,
-                                bias[T.min(_col(s, sd, c, CW) + v, N - 1)], f32(0.0))
+                            acc[r, c2, R32] = tirx.Shuffle(
+                                [bias[tirx.Ramp(_col(s, sd, 2 * c2, CW), i64(1), 2 * VW)]],
+                                TO_PAIRS)
                         else:
-                            acc[r, c, v] = f32(0.0)
-                elif k0 == 0:
-                    for v in T.vectorized(VW):
-                        if has_bias:
-                            acc[r, c, v] = bias[_col(s, sd, c, CW) + v]
-                        else:
-                            acc[r, c, v] = f32(0.0)
-                else:
-                    for v in T.vectorized(VW):
-                        acc[r, c, v] = out[i0 + r, _col(s, sd, c, CW) + v]
-        for kk in range(kn):
-            if pf > 0:  # pf weights ahead along each stream
-                for j in T.unroll(ST):
-                    for ln in T.unroll(_lines(CW)):
-                        T.evaluate(prefetch(w, 0, 0, (_pan(s + j * sd, CW) * K + k0 + kk)
-                                            * PANEL + _pcol(s + j * sd, CW) + ln * LINE + pf))
-            for r in T.unroll(R):
+                            acc[r, c2, R32] = tirx.Broadcast(f32(0.0), 2 * VW)
+                    else:
+                        acc[r, c2, R32] = tirx.Shuffle(
+                            [out[i0 + r, tirx.Ramp(_col(s, sd, 2 * c2, CW), i64(1), 2 * VW)]],
+                            TO_PAIRS)
+            else:
                 for c in T.unroll(ST * CW):
-                    for v in T.vectorized(VW):
-                        acc[r, c, v] = acc[r, c, v] + (
-                            x[i0 + r, k0 + kk] * _weight(
-                                w, WD, _pan(s + c // CW * sd, CW), k0 + kk,
-                                _pcol(s + c // CW * sd, CW) + c % CW * VW + v))
+                    if tail:  # k0 == 0 here; columns past N start (and stay) unused
+                        for v in range(VW):
+                            if has_bias:
+                                acc[r, _ac(c), _av(c, v)] = T.if_then_else(
+                                    _lane_col(s, sd, c, v, CW) < N,
+                                    bias[T.min(_lane_col(s, sd, c, v, CW), N - 1)], f32(0.0))
+                            else:
+                                acc[r, _ac(c), _av(c, v)] = f32(0.0)
+                    elif k0 == 0:
+                        for v in T.vectorized(VW):
+                            if has_bias:
+                                acc[r, c, v] = bias[_col(s, sd, c, CW) + v]
+                            else:
+                                acc[r, c, v] = f32(0.0)
+                    else:
+                        for v in T.vectorized(VW):
+                            acc[r, c, v] = out[i0 + r, _col(s, sd, c, CW) + v]
+        if PAIRS:
+            pair_steps(x, w, acc, i0, s, k0, kn, R, pf, ST, sd, CW, kcap)
+        else:
+            for kk in range(kn):
+                prefetch_step(w, s, k0 + kk, pf, ST, sd, CW)
+                for r in T.unroll(R):
+                    for c in T.unroll(ST * CW):
+                        for v in T.vectorized(VW):
+                            acc[r, c, v] = acc[r, c, v] + (
+                                x[i0 + r, k0 + kk] * _weight(
+                                    w, WD, _pan(s + c // CW * sd, CW), k0 + kk,
+                                    _pcol(s + c // CW * sd, CW) + c % CW * VW + v))
         for r in T.unroll(R):
-            for c in T.unroll(ST * CW):
-                if tail:
-                    for v in range(VW):
-                        if _col(s, sd, c, CW) + v < N:
+            if DP and not tail:
+                for c2 in T.unroll(ST * CW // 2):
+                    out[i0 + r, tirx.Ramp(_col(s, sd, 2 * c2, CW), i64(1), 2 * VW)] = (
+                        tirx.Shuffle([acc[r, c2, R32]], FROM_PAIRS))
+            else:
+                for c in T.unroll(ST * CW):
+                    if tail:
+                        for v in range(VW):
+                            if _lane_col(s, sd, c, v, CW) < N:
+                                out[i0 + r, _lane_col(s, sd, c, v, CW)] = acc[
+                                    r, _ac(c), _av(c, v)]
+                    else:
+                        for v in T.vectorized(VW):
                             out[i0 + r, _col(s, sd, c, CW) + v] = acc[r, c, v]
-                else:
-                    for v in T.vectorized(VW):
-                        out[i0 + r, _col(s, sd, c, CW) + v] = acc[r, c, v]
 
     @T.macro
-    def rows_body(x, w, bias, out, acc, r0, nr, s, kbn, tail, pf, pf_first):
-        # Rows r0..r0+nr of sub-panel s, k in blocks of kbn (tail: kbn = K).
+    def rows_body(x, w, bias, out, acc, r0, nr, s, kbn, tail, pf, pf_first, kcap=KB):
+        # Rows r0..r0+nr of sub-panel s, k in blocks of kbn <= kcap (tail: kbn = K).
         for kb in range((K + kbn - 1) // kbn):
             k0 = T.bind(kb * kbn)
             kn = T.bind(T.min(kbn, K - k0))
             if nr >= MR:  # the first tile prefetches the next block (gemm)
-                micro(x, w, bias, out, acc, r0, s, k0, kn, MR, tail, pf_first)
+                micro(x, w, bias, out, acc, r0, s, k0, kn, MR, tail, pf_first, kcap=kcap)
             for it in range(1, nr // MR):
-                micro(x, w, bias, out, acc, r0 + it * MR, s, k0, kn, MR, tail, pf)
+                micro(x, w, bias, out, acc, r0 + it * MR, s, k0, kn, MR, tail, pf, kcap=kcap)
             rem = T.bind(nr % MR)
             i0 = T.bind(r0 + nr - rem)
             if MR > 1:
                 if rem == 1:
-                    micro(x, w, bias, out, acc, i0, s, k0, kn, 1, tail, pf)
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 1, tail, pf, kcap=kcap)
             if MR > 2:
                 if rem == 2:
-                    micro(x, w, bias, out, acc, i0, s, k0, kn, 2, tail, pf)
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 2, tail, pf, kcap=kcap)
             if MR > 3:
                 if rem == 3:
-                    micro(x, w, bias, out, acc, i0, s, k0, kn, 3, tail, pf)
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 3, tail, pf, kcap=kcap)
             if MR > 4:
                 if rem == 4:
-                    micro(x, w, bias, out, acc, i0, s, k0, kn, 4, tail, pf)
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 4, tail, pf, kcap=kcap)
             if MR > 5:
                 if rem == 5:
-                    micro(x, w, bias, out, acc, i0, s, k0, kn, 5, tail, pf)
+                    micro(x, w, bias, out, acc, i0, s, k0, kn, 5, tail, pf, kcap=kcap)
 
     @T.macro
     def streams(x, w, bias, out, R, ST):
@@ -233,11 +379,11 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
         # reads part of each line and leaves the rest to a later pass: 30-50% slower on
         # AVX2, RESULTS 2026-12-03)
         for s in T.parallel(NPF // ST):
-            acc = scratch((R, ST * CVF, VW))
+            acc = scratch(acc_shape(R, ST * CVF))
             micro(x, w, bias, out, acc, 0, s, 0, K, R, False, PF_AHEAD, ST, NPF // ST, CVF)
         if NPF % ST > 0:
             for s in T.parallel(NPF % ST):
-                acc = scratch((R, CVF, VW))
+                acc = scratch(acc_shape(R, CVF))
                 micro(x, w, bias, out, acc, 0, NPF // ST * ST + s, 0, K, R, False, PF_AHEAD,
                       1, 0, CVF)
 
@@ -254,29 +400,29 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
             streams(x, w, bias, out, 3, GST[2])
         else:
             for s in T.parallel(NS):
-                acc = scratch((MR, CV, VW))
+                acc = scratch(acc_shape(MR, CV))
                 # up to MR rows: one pass over the whole k range; more: k blocks in L1
                 kbn = T.bind(T.if_then_else(n <= MR, i64(K), i64(KB)))
-                rows_body(x, w, bias, out, acc, 0, n, s, kbn, False, PF_AHEAD, PF_AHEAD)
+                rows_body(x, w, bias, out, acc, 0, n, s, kbn, False, PF_AHEAD, PF_AHEAD, K)
         if NST > 0:
             for st in T.parallel(NST):
-                acc = scratch((MR, CV, VW))
-                rows_body(x, w, bias, out, acc, 0, n, NS + st, i64(K), True, 0, 0)
+                acc = scratch(acc_shape(MR, CV))
+                rows_body(x, w, bias, out, acc, 0, n, NS + st, i64(K), True, 0, 0, K)
 
     @T.macro
     def gemm_body(x, w, bias, out, n):
         nrb = T.bind((n + (MB - 1)) // MB)
         for t in T.parallel(NS * nrb):
-            acc = scratch((MR, CV, VW))
+            acc = scratch(acc_shape(MR, CV))
             r0 = T.bind(t % nrb * MB)
             rows_body(x, w, bias, out, acc, r0, T.min(i64(MB), n - r0), t // nrb, i64(KB),
                       False, 0, GEMM_PF)
         if NST > 0:
             for t in T.parallel(NST * nrb):
-                acc = scratch((MR, CV, VW))
+                acc = scratch(acc_shape(MR, CV))
                 r0 = T.bind(t % nrb * MB)
                 rows_body(x, w, bias, out, acc, r0, T.min(i64(MB), n - r0), NS + t // nrb,
-                          i64(K), True, 0, 0)
+                          i64(K), True, 0, 0, K)
 
     @T.macro
     def body(x, w, bias, out, n):

@@ -1,0 +1,122 @@
+"""The bf16 CPU matmul's vdpbf16ps path (kernels.cpu.bf16dot) and its FMA twin.
+
+The IR rewrite is checked on text, so it runs on every host; the builds compare the
+instruction with the two FMAs that every other host runs, bit for bit, where the host has
+AVX512_BF16 (elsewhere only the FMA path can run, and the other kernel tests cover it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+
+from ninfer.kernels import MatmulSpec, build_cpu_module, build_cpu_object, reference
+from ninfer.kernels.cpu import bf16dot, matmul
+from ninfer.quantize import weight_formats as quant
+
+pytestmark = pytest.mark.unit
+
+CALL = ("  %9 = tail call <32 x float> @ninfer_dpbf16ps_512(<32 x float> %acc.0, "
+        "<32 x i16> %3, <32 x i16> zeroinitializer, <2 x i16> %x.1), !dbg !50")
+ROUND = "  %4 = tail call <16 x i16> @ninfer_cvtneps2bf16_512(<16 x float> %v) #3, !dbg !7"
+DECLARE = ("declare <32 x float> @ninfer_dpbf16ps_512(<32 x float>, <32 x i16>, <32 x i16>, "
+           "<2 x i16>) local_unnamed_addr")
+
+
+def test_the_rewrite_makes_each_call_the_intrinsic() -> None:
+    text, sites = bf16dot.rewrite_ir("\n".join(["define void @f() {", CALL, ROUND, "}",
+                                                DECLARE,
+                                                "declare <16 x i16> @ninfer_cvtneps2bf16_512("
+                                                "<16 x float>)"]))
+    assert sites == 2
+    assert "ninfer_" not in text
+    assert text.count("call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(") == 2
+    assert "declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, " \
+           "<32 x bfloat>, <32 x bfloat>)" in text
+    assert "fptrunc <16 x float> %v to <16 x bfloat>" in text
+    # the result keeps its name and its debug location; the low half's first pair is
+    # (even[0], odd[0]), the high half's (even[4], odd[4])
+    assert "  %9 = shufflevector <16 x float>" in text and text.count("!dbg !50") == 1
+    assert "<32 x i32> <i32 0, i32 32, i32 1, i32 33, i32 2, i32 34, i32 3, i32 35, " \
+           "i32 8, i32 40," in text
+    assert "<32 x i32> <i32 4, i32 36, i32 5, i32 37," in text
+
+
+def test_pair_columns_are_a_permutation_within_128_bit_lanes() -> None:
+    cols = bf16dot.PAIR_COLUMNS
+    assert sorted(cols) == list(range(32))
+    # lane l of either half reads columns of the same 128-bit lane of 8 weights
+    assert all(c // 8 == lane % 16 // 4 for lane, c in enumerate(cols))
+
+
+def test_the_rewrite_refuses_what_it_does_not_know() -> None:
+    with pytest.raises(RuntimeError, match="not a call"):
+        bf16dot.rewrite_ir("  store ptr @ninfer_dpbf16ps_512, ptr %p")
+    bad = CALL.replace("<2 x i16> %x.1", "<4 x i16> %x.1")
+    with pytest.raises(RuntimeError, match="unexpected operands"):
+        bf16dot.rewrite_ir(bad)
+
+
+def test_a_module_without_placeholders_is_left_alone() -> None:
+    spec = MatmulSpec(k=64, n_out=64, wdtype="f16", layout="panels")
+    ex = build_cpu_module([spec])
+    assert bf16dot.patch(ex) is ex
+
+
+def _inputs(k: int, n_out: int, n: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, k)) * np.exp(rng.uniform(-4, 4, (n, 1)))).astype(np.float32)
+    w = rng.standard_normal((n_out, k)).astype(np.float32)
+    return [x, quant.pack(w, "bf16", "panels")["w"], rng.standard_normal(n_out).astype(np.float32)]
+
+
+def _run(ex: tvm.runtime.Executable, spec: MatmulSpec, args: list[np.ndarray]) -> np.ndarray:
+    out = tvm.runtime.tensor(np.full((len(args[0]), spec.n_out), np.nan, np.float32))
+    ex[spec.name()](*(tvm.runtime.tensor(a) for a in args), out)
+    return out.numpy()
+
+
+@pytest.mark.parametrize("k", [2101, 2048, 7])
+def test_vdpbf16ps_and_two_fmas_give_the_same_bits(monkeypatch: pytest.MonkeyPatch,
+                                                   k: int) -> None:
+    """The instruction and its FMA twin, both schedules, 1 to 9 rows (k = 2101 spans two
+    1024-k blocks and ends in a single k; 7 is one short block): the same bits, within float32
+    rounding of the float64 reference with x rounded to bf16."""
+    if not matmul.use_dpbf16():
+        pytest.skip("no AVX512_BF16 on this host: only the FMA path can run")
+    n_out = 64 * 2 + 10  # two whole panels and a padded one
+    specs = [MatmulSpec(k=k, n_out=n_out, bias=True, schedule=s, wdtype="bf16",
+                        layout="panels", x_bf16=True) for s in ("gemv", "gemm")]
+    dp = build_cpu_module(specs)
+    monkeypatch.setattr(matmul, "use_dpbf16", lambda: False)
+    fma = build_cpu_module(specs)
+    args = _inputs(k, n_out, 9, k)
+    want = _run(fma, specs[1], args)
+    ref = reference(specs[1], *args)
+    assert np.linalg.norm(want - ref) / np.linalg.norm(ref) <= 1e-5
+    for ex in (dp, fma):
+        for spec in specs:
+            for n in (1, 2, 3, 5, 9):
+                got = _run(ex, spec, [args[0][:n], *args[1:]])
+                assert np.array_equal(got, want[:n]), (spec.name(), n)
+
+
+def test_the_object_holds_the_instructions(tmp_path: Path) -> None:
+    if not matmul.use_dpbf16():
+        pytest.skip("no AVX512_BF16 on this host: the bf16 kernels use FMAs")
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump (binutils) is not installed")
+    spec = MatmulSpec(k=256, n_out=64, wdtype="bf16", layout="panels", schedule="gemm",
+                      x_bf16=True)
+    obj = build_cpu_object([spec], tmp_path / "k.o")
+    asm = subprocess.run([objdump, "-d", str(obj)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "vdpbf16ps" in asm and "vcvtneps2bf16" in asm
+    assert "ninfer_" not in subprocess.run([objdump, "-t", str(obj)], capture_output=True,
+                                           text=True, check=True).stdout
