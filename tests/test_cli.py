@@ -38,6 +38,8 @@ def test_demo_checkpoint_is_deterministic(tmp_path):
     (["--prefill-projections", "coop"], "needs a CUDA target"),
     (["--target", "h100", "--kv-dtype", "int8"], "reads f32, f16, bf16 KV caches"),
     (["--target", "h100", "--cpu-gemv-streams", "1"], "applies to the cpu target, not h100"),
+    (["--target", "h100", "--cpu-bf16-activations", "f32"],
+     "applies to the cpu target, not h100"),
     # a value given is never clamped to another; the old flag spelling still works
     (["--max-context", "256", "--prefill-chunk", "512"],
      "--prefill-chunk 512 must be in [1, --max-context 256]"),

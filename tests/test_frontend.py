@@ -185,6 +185,26 @@ def test_plan_reads_one_gemv_stream_where_asked(tmp_path):
     assert {s.streams for s in default if isinstance(s, MatmulSpec)} == {0}
 
 
+def test_plan_rounds_x_to_bf16_for_the_cpu_targets_bf16_weights(tmp_path):
+    """x_bf16 (--cpu-bf16-activations, default bf16) marks the cpu target's bf16 matmuls
+    only: not another format's (lm_head kept f16 here), not a CUDA target's."""
+    from ninfer.kernels import MatmulSpec
+    from ninfer.plan import WeightFormats
+
+    graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
+    limits = ServeLimits(512, 64, max_concurrency=4)
+    formats = WeightFormats("bf16", (("lm_head", "f16"),))
+
+    def matmuls(target: str, **kw: bool) -> set[tuple[str, bool]]:
+        return {(s.wdtype, s.x_bf16) for s in make_plan(
+            graph, load_target(target), limits, formats, **kw).unique_kernels()
+            if isinstance(s, MatmulSpec)}
+
+    assert matmuls("cpu") == {("bf16", True), ("f16", False)}
+    assert matmuls("cpu", x_bf16=False) == {("bf16", False), ("f16", False)}
+    assert matmuls("h100") == {("bf16", False), ("f16", False)}
+
+
 def test_plan_sizes_the_paged_kv_pool(tmp_path):
     graph = build_graph(open_checkpoint(make_ckpt(tmp_path)))
     cpu = load_target("cpu")

@@ -23,6 +23,7 @@ MODEL = Path("model")
     ({"prefill_chunk": 0}, "--prefill-chunk 0 must be at least 1"),
     ({"gdn_prefill": "wy"}, "--gdn-prefill must be one of auto, recurrent, chunked"),
     ({"cpu_gemv_streams": "4"}, "--cpu-gemv-streams must be one of auto, 1, 2"),
+    ({"cpu_bf16_activations": "f16"}, "--cpu-bf16-activations must be one of auto, bf16, f32"),
     ({"spec": "eagle"}, "--spec must be one of none, ngram, mtp"),
     ({"max_draft_tokens": 3}, "--max-draft-tokens sizes speculative decoding: give --spec"),
     ({"spec": "ngram", "max_draft_tokens": 17}, r"--max-draft-tokens 17 must be in \[1, 16\]"),
@@ -81,6 +82,16 @@ def test_cpu_gemv_streams_resolve_for_the_host(monkeypatch):
     assert gpu.cpu_gemv_streams == "auto" and gpu.gemv_streams(h100) == 0 and none is None
     with pytest.raises(OptionsError, match="applies to the cpu target, not h100"):
         CompileOptions(MODEL, target="h100", cpu_gemv_streams="1").check_target(h100)
+
+
+def test_cpu_bf16_activations_apply_to_the_cpu_target():
+    cpu, h100 = load_target("cpu"), load_target("h100")
+    assert CompileOptions(MODEL).x_bf16(cpu) and not CompileOptions(MODEL).x_bf16(h100)
+    assert CompileOptions(MODEL, cpu_bf16_activations="bf16").x_bf16(cpu)
+    assert not CompileOptions(MODEL, cpu_bf16_activations="f32").x_bf16(cpu)
+    for value in ("bf16", "f32"):
+        with pytest.raises(OptionsError, match="applies to the cpu target, not h100"):
+            CompileOptions(MODEL, cpu_bf16_activations=value).check_target(h100)
 
 
 def test_limits_left_out_fit_the_model_and_say_so():

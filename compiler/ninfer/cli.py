@@ -60,6 +60,12 @@ console = Console(stderr=True)
                    "one row, prefetched in software (results bitwise the same). auto = what reads "
                    "faster in this host's read probe (measured once per CPU; "
                    "NINFER_CPU_GEMV_STREAMS=1|2 sets it for every compile).")
+@click.option("--cpu-bf16-activations", default="auto", show_default=True,
+              type=click.Choice(["auto", "bf16", "f32"]),
+              help="cpu target: bf16 weights multiply x rounded to bf16 (vdpbf16ps where the "
+                   "host has AVX512_BF16; llama.cpp's BF16 path rounds x the same way) or "
+                   "float32 x (float32 arithmetic throughout; prefill about 1.8x slower on "
+                   "AVX512_BF16 hosts, decode the same). auto = bf16.")
 @click.option("--gdn-prefill", default="auto", show_default=True,
               type=click.Choice(["auto", "recurrent", "chunked"]),
               help="Hybrid models: a prompt's Gated DeltaNet recurrence row by row, or in "
@@ -106,7 +112,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
          kv_capacity: str, spec: str, max_draft_tokens: int | None,
          state_checkpoints: int | None,
          weights: str, weight_overrides: tuple[str, ...], kv_dtype: str, cpu_gemv_streams: str,
-         gdn_prefill: str,
+         cpu_bf16_activations: str, gdn_prefill: str,
          memory_gib: float | None,
          no_python_module: bool, no_build: bool, dump_dir: Path | None,
          prefill_projections: str,
@@ -155,6 +161,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                               weights=weights, weight_overrides=tuple(overrides),
                               kv_dtype=kv_dtype, gdn_prefill=gdn_prefill,
                               cpu_gemv_streams=cpu_gemv_streams,
+                              cpu_bf16_activations=cpu_bf16_activations,
                               memory_gib=memory_gib,
                               python_module=not no_python_module, build=not no_build,
                               dump_dir=dump_dir,

@@ -19,6 +19,7 @@ from ninfer.targets import Target
 PREFILL_PROJECTIONS = ("auto", "tvm", "coop")
 GDN_PREFILL = ("auto", "recurrent", "chunked")
 CPU_GEMV_STREAMS = ("auto", "1", "2")
+CPU_BF16_ACTIVATIONS = ("auto", "bf16", "f32")
 SPEC_KINDS = ("none", "ngram", "mtp")
 # --max-draft-tokens when --spec is given without it (vLLM's and NInfer's usual values)
 DEFAULT_DRAFT_TOKENS = {"ngram": 4, "mtp": 3}
@@ -84,6 +85,11 @@ class CompileOptions:
     # or "2" (prefetched in software); "auto" = what reads faster in the host's read probe
     # (ninfer.roofline.host_gemv_streams), resolved by with_host_read.
     cpu_gemv_streams: str = "auto"
+    # The cpu target's bf16-weight matmuls: "bf16" multiplies them with x rounded to bf16
+    # (vdpbf16ps where the host has AVX512_BF16; llama.cpp's BF16 path rounds x the same
+    # way), "f32" with float32 x (float32 arithmetic throughout; prefill slower, decode the
+    # same); "auto" = bf16. MatmulSpec.x_bf16.
+    cpu_bf16_activations: str = "auto"
     kernel_cache: Path = field(default_factory=lambda: DEFAULT_BUILD_DIR / ".kernel-cache")
     # False: build everything but model.ninfer (write it later with write_model_artifact,
     # e.g. on a machine that holds the weights but not TVM).
@@ -108,6 +114,10 @@ class CompileOptions:
         if self.cpu_gemv_streams not in CPU_GEMV_STREAMS:
             raise OptionsError(f"--cpu-gemv-streams must be one of {', '.join(CPU_GEMV_STREAMS)}"
                                f", got {self.cpu_gemv_streams!r}")
+        if self.cpu_bf16_activations not in CPU_BF16_ACTIVATIONS:
+            raise OptionsError(f"--cpu-bf16-activations must be one of "
+                               f"{', '.join(CPU_BF16_ACTIVATIONS)}, got "
+                               f"{self.cpu_bf16_activations!r}")
         if self.gdn_prefill not in GDN_PREFILL:
             raise OptionsError(f"--gdn-prefill must be one of {', '.join(GDN_PREFILL)}, got "
                                f"{self.gdn_prefill!r}")
@@ -169,6 +179,9 @@ class CompileOptions:
         if self.cpu_gemv_streams != "auto" and target.is_cuda:
             raise OptionsError(f"--cpu-gemv-streams applies to the cpu target, not "
                                f"{target.name}")
+        if self.cpu_bf16_activations != "auto" and target.is_cuda:
+            raise OptionsError(f"--cpu-bf16-activations applies to the cpu target, not "
+                               f"{target.name} (its bf16 kernels multiply with float32 x)")
         if target.is_cuda and self.kv_dtype not in CUDA_KV_DTYPES:
             raise OptionsError(f"--kv-dtype {self.kv_dtype}: the CUDA attention reads "
                                f"{', '.join(CUDA_KV_DTYPES)} KV caches so far; compile "
@@ -191,6 +204,10 @@ class CompileOptions:
                 f"--cpu-gemv-streams not given: {streams} weight stream"
                 f"{'s' if streams > 1 else ''} a thread in the decode gemvs, what reads "
                 f"faster here ({why})")
+
+    def x_bf16(self, target: Target) -> bool:
+        """make_plan's x_bf16: the cpu target's bf16 weights multiply x rounded to bf16."""
+        return not target.is_cuda and self.cpu_bf16_activations != "f32"
 
     def gemv_streams(self, target: Target) -> int:
         """make_plan's gemv_streams: 1 where the cpu target reads one stream a thread."""

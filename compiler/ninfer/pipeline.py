@@ -21,7 +21,8 @@ from ninfer.artifact import write_model
 from ninfer.chat_verify import verify_server
 from ninfer.dump import Dump
 from ninfer.frontend.chat_codegen import chat_template_sources
-from ninfer.frontend.model import read_model
+from ninfer.frontend.model import FrontendModel, read_model
+from ninfer.kernels import MatmulSpec
 from ninfer.kernels.cuda.module import CudaLaunch
 from ninfer.options import CompileOptions
 from ninfer.paths import DEFAULT_BUILD_DIR
@@ -70,9 +71,8 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     # 3. Plan: serve limits, kernel instances per role, memory budget.
     with stage("plan"):
         positions = model.graph.config.max_position_embeddings
-        opts, read_note = opts.with_host_read(target)
-        plan = make_plan(model.graph, target, opts.serve_limits(target, positions),
-                         opts.weight_formats(), opts.gemv_streams(target))
+        opts, plan, read_note = _plan(opts, model, target)
+        bf16_note = _x_bf16_note(plan)
     dump.json("plan.json", plan.to_json())
 
     model_id = opts.resolved_model_id
@@ -141,7 +141,8 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
                            tuple(str(p.relative_to(out_dir)) for p in tree.files),
                            launches, stage.seconds,
                            (*((weights_note,) if weights_note else ()),
-                            *((read_note,) if read_note else ()), *model.notes,
+                            *((read_note,) if read_note else ()),
+                            *((bf16_note,) if bf16_note else ()), *model.notes,
                             *opts.limit_notes(positions),
                             *(() if opts.build else (
                                 "--no-build: sources in src/, not built; the chat-template "
@@ -161,9 +162,21 @@ def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
     target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
     model = read_model(opts.model_dir, opts.chat_template, mtp=opts.spec == "mtp")
     opts, _ = opts.with_checkpoint_weights(model.native_weight_format())
-    limits = opts.serve_limits(target, model.graph.config.max_position_embeddings)
-    plan = make_plan(model.graph, target, limits, opts.weight_formats())
+    opts, plan, _ = _plan(opts, model, target)
     return write_model(path, model, plan, target, opts.resolved_model_id)
+
+
+def _plan(opts: CompileOptions, model: FrontendModel, target: Target
+          ) -> tuple[CompileOptions, Plan, str | None]:
+    """Stage 3, for compile_model and write_model_artifact alike: the artifact's build
+    digest names every kernel of the plan, so both must choose them the same way (the host's
+    gemv streams included). Returns the options as resolved, the plan, and the note on the
+    gemv stream choice."""
+    opts, read_note = opts.with_host_read(target)
+    limits = opts.serve_limits(target, model.graph.config.max_position_embeddings)
+    plan = make_plan(model.graph, target, limits, opts.weight_formats(),
+                     opts.gemv_streams(target), opts.x_bf16(target))
+    return opts, plan, read_note
 
 
 def _cuda_stages(plan: Plan, target: Target, num_heads: int, opts: CompileOptions,
@@ -219,3 +232,15 @@ class _Stages:
         t0 = time.perf_counter()
         yield
         self.seconds[name] = round(time.perf_counter() - t0, 3)
+
+
+def _x_bf16_note(plan: Plan) -> str | None:
+    """The compile summary's note on the cpu target's bf16 matmuls rounding x to bf16."""
+    if not any(isinstance(s, MatmulSpec) and s.x_bf16 for s in plan.unique_kernels()):
+        return None
+    from ninfer.kernels.cpu.matmul import use_dpbf16
+
+    how = ("vdpbf16ps, two k steps an instruction" if use_dpbf16() else
+           "two FMAs a pair of k steps: this host has no AVX512_BF16")
+    return (f"bf16 weights multiply x rounded to bf16 ({how}; as llama.cpp's BF16 path); "
+            "--cpu-bf16-activations f32 keeps x float32")

@@ -301,10 +301,14 @@ def weight_bytes(w: WeightSpec, formats: WeightFormats, target: Target) -> int:
 
 
 def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
-              weights: WeightFormats | None = None, gemv_streams: int = 0) -> Plan:
+              weights: WeightFormats | None = None, gemv_streams: int = 0,
+              x_bf16: bool = True) -> Plan:
     """gemv_streams: the cpu target's decode gemvs, 1 = one weight stream a thread with
-    hardware prefetch only (MatmulSpec.streams), 0 = the kernels' default. A kernel choice,
-    not a serve limit: the artifact does not depend on it."""
+    hardware prefetch only (MatmulSpec.streams), 0 = the kernels' default. x_bf16: the cpu
+    target's bf16 weights multiply x rounded to bf16 (MatmulSpec.x_bf16; CUDA targets keep
+    x float32 whatever it says). Kernel choices, not serve limits, but the build digest
+    (and with it the artifact's) names every kernel: compile and artifact writer plan alike
+    (pipeline._plan)."""
     weights = weights or WeightFormats()
     limits.validate(graph)
     cfg = graph.config
@@ -408,7 +412,9 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                 ) -> MatmulSpec:
         wdtype = weights.wdtype(role)
         streams = gemv_streams if schedule == "gemv" and not target.is_cuda else 0
-        return MatmulSpec(k, n, b, schedule, wdtype, matmul_layout(target, wdtype), streams)
+        layout = matmul_layout(target, wdtype)
+        return MatmulSpec(k, n, b, schedule, wdtype, layout, streams,
+                          x_bf16 and (wdtype, layout) == ("bf16", "panels"))
 
     # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats)
     rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0
