@@ -9,7 +9,8 @@ helpers they share, ninfer.kernels.cpu.common (`common.`), EXPR
 evaluated with the three modules and MatmulTiles / QTiles in scope; an empty list is the code
 as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized
 formats) as it was at git revision REV, fed the weight layout that revision's spec names
-(rows before the panels layout existed). Every variant builds the projection shapes of
+(rows before the panels layout existed); ab_engine_decode takes `@REV` as both kernel
+files at REV. Every variant builds the projection shapes of
 bench_llamacpp's 0.5B model (TVM's runtime and thread pool, --threads). gemv: weights
 cycled through copies that fill --stream-mb (in one huge-page mapping, as the CPU engine
 holds them; --small-pages: TVM's own allocations), GB/s of weights (scales included) read;
@@ -65,6 +66,13 @@ def variant_applied(variant: str) -> Iterator[None]:
     scope = {"common": common, "matmul": matmul, "qmatmul": qmatmul,
              "MatmulTiles": matmul.MatmulTiles, "QTiles": qmatmul.QTiles}
     saved = []
+    if variant.strip().startswith("@"):  # both kernel files as they were at that revision
+        rev = variant.strip()[1:]
+        variant = ""
+        for name in ("matmul", "qmatmul"):
+            module = scope[name]
+            saved.append((module, name, getattr(module, name)))
+            setattr(module, name, getattr(rev_module(rev, name), name))
     try:
         for assignment in filter(None, (a.strip() for a in variant.split(";"))):
             target, expr = (s.strip() for s in assignment.split("=", 1))
@@ -86,21 +94,14 @@ def _build(variant: str, specs: list[Any]) -> Any:
         return build_cpu_module(specs)
 
 
-def _build_rev(rev: str, specs: list[Any]) -> tuple[Any, list[Any]]:
-    """The module compiled from the kernel file at git revision `rev`, and `specs` in the
-    weight layout it takes."""
+def rev_module(rev: str, name: str) -> Any:
+    """The kernel module `name` (matmul or qmatmul) as it was at git revision `rev`."""
     import importlib.util
     import subprocess
     import sys
     import tempfile
     from pathlib import Path
 
-    import tvm
-
-    from ninfer.kernels.cpu import build
-
-    quantized = specs[0].wdtype.startswith("q")
-    name = "qmatmul" if quantized else "matmul"
     src = subprocess.run(["git", "show", f"{rev}:compiler/ninfer/kernels/cpu/{name}.py"],
                          check=True, capture_output=True, text=True).stdout
     path = Path(tempfile.mkdtemp()) / f"_ab_{name}.py"
@@ -111,6 +112,21 @@ def _build_rev(rev: str, specs: list[Any]) -> tuple[Any, list[Any]]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
     spec.loader.exec_module(module)
+    module.SOURCE = src
+    return module
+
+
+def _build_rev(rev: str, specs: list[Any]) -> tuple[Any, list[Any]]:
+    """The module compiled from the kernel file at git revision `rev`, and `specs` in the
+    weight layout it takes."""
+    import tvm
+
+    from ninfer.kernels.cpu import build
+
+    quantized = specs[0].wdtype.startswith("q")
+    name = "qmatmul" if quantized else "matmul"
+    module = rev_module(rev, name)
+    src = module.SOURCE
     layout = "panels" if "spec.layout" in src else "rows"
     specs = [dataclasses.replace(s, layout=layout) for s in specs]
     funcs = {s.name(): getattr(module, name)(s).with_attr("global_symbol", s.name())
