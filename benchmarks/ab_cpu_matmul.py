@@ -42,6 +42,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--schedule", choices=["gemv", "gemm"], default="gemv")
     p.add_argument("--rows", default="1", help="comma-separated row counts (gemv)")
     p.add_argument("--gemm-rows", type=int, default=256)
+    p.add_argument("--x-f32", action="store_true",
+                   help="bf16: float32 x (--cpu-bf16-activations f32); by default x is rounded "
+                        "to bf16 as the cpu target's plan does (MatmulSpec.x_bf16)")
     p.add_argument("--variant", action="append", required=True)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
@@ -177,7 +180,8 @@ def main() -> None:
     shapes = ([tuple(int(v) for v in s.split(":")) for s in args.shapes.split(",")]
               if args.shapes else SHAPES)
     specs = [MatmulSpec(k=k, n_out=n, wdtype=args.format, schedule=args.schedule,
-                        layout=layout) for k, n in shapes]
+                        layout=layout, x_bf16=args.format == "bf16" and not args.x_f32)
+             for k, n in shapes]
     variants = {}  # name -> (executable, its specs)
     for v in args.variant:
         name, _, body = v.partition(":")
