@@ -49,7 +49,13 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 
 from ninfer.kernels import MatmulSpec, build_cpu_module, reference  # noqa: E402
-from ninfer.quantize.weight_formats import WEIGHT_FORMATS, pack, packed_nbytes, part_layout  # noqa: E402
+from ninfer.quantize.weight_formats import (  # noqa: E402
+    WEIGHT_FORMATS,
+    format_info,
+    pack,
+    packed_nbytes,
+    part_layout,
+)
 
 PAUSE_S = 0.3
 
@@ -76,14 +82,22 @@ def _compare(ours, theirs, rounds: int) -> tuple[list[float], list[float]]:
     return t_ours, t_theirs
 
 
+def _spec(k: int, n_out: int, schedule: str, fmt: str = "float32") -> MatmulSpec:
+    """The matmul as the cpu target's plan makes it: float formats in the panels layout,
+    bf16 times x rounded to bf16 (MatmulSpec.x_bf16)."""
+    layout = "rows" if format_info(fmt).quantized else "panels"
+    return MatmulSpec(k, n_out, False, schedule, fmt, layout,  # type: ignore[arg-type]
+                      x_bf16=fmt == "bf16")
+
+
 def numpy_table() -> None:
     k, n_out, rows = ARGS.k, ARGS.n_out, ARGS.gemm_rows
-    gemv = MatmulSpec(k=k, n_out=n_out, schedule="gemv")
-    gemm = MatmulSpec(k=k, n_out=n_out, schedule="gemm")
+    gemv = _spec(k, n_out, "gemv")
+    gemm = _spec(k, n_out, "gemm")
     ex = build_cpu_module([gemv, gemm])
     rng = np.random.default_rng(0)
     w = rng.standard_normal((n_out, k), dtype=np.float32)
-    tw = tvm.runtime.tensor(w)
+    tw = tvm.runtime.tensor(pack(w, "float32", "panels")["w"])
     print(
         f"threads={ARGS.threads} (tvm pool: {tvm.runtime.num_threads()}), "
         f"cpu={tvm.target.codegen.llvm_get_system_cpu()}, w=[{n_out}, {k}] float32"
@@ -128,7 +142,7 @@ def format_table() -> None:
     formats = ARGS.formats.split(",") if ARGS.formats else list(WEIGHT_FORMATS)
     if "float32" not in formats:
         formats.insert(0, "float32")
-    specs = {(f, s): MatmulSpec(k, n_out, False, s, f) for f in formats for s in ("gemv", "gemm")}
+    specs = {(f, s): _spec(k, n_out, s, f) for f in formats for s in ("gemv", "gemm")}
     ex = build_cpu_module(specs.values())
     rng = np.random.default_rng(1)
     w = rng.standard_normal((n_out, k), dtype=np.float32)
@@ -139,9 +153,10 @@ def format_table() -> None:
     og = tvm.runtime.tensor(np.zeros((rows, n_out), np.float32))
     gemv_sets, gemm_sets, nbytes = {}, {}, {}
     for f in formats:
-        parts = pack(w, f)
-        arrays = [parts[name] for name, _, _ in part_layout(f, n_out, k)]
-        nbytes[f] = packed_nbytes(f, n_out, k)
+        layout = specs[f, "gemv"].layout
+        parts = pack(w, f, layout)
+        arrays = [parts[name] for name, _, _ in part_layout(f, n_out, k, layout)]
+        nbytes[f] = packed_nbytes(f, n_out, k, layout)
         copies = max(1, -(-ARGS.stream_mb * 1_000_000 // nbytes[f]))
         gemv_sets[f] = [[t1, *(tvm.runtime.tensor(a.copy()) for a in arrays), o1]
                         for _ in range(copies)]

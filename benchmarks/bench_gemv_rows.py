@@ -34,9 +34,10 @@ def main() -> None:
     import tvm
 
     from ninfer.kernels import MatmulSpec, build_cpu_module
+    from ninfer.quantize.weight_formats import pack
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    specs = [MatmulSpec(k=k, n_out=n, schedule="gemv") for k, n in shapes]
+    specs = [MatmulSpec(k=k, n_out=n, schedule="gemv", layout="panels") for k, n in shapes]
     ex = build_cpu_module(specs)
     rng = np.random.default_rng(0)
     rows = range(1, args.max_rows + 1)
@@ -44,8 +45,8 @@ def main() -> None:
     print(f"{'kernel':<30}{'rows':>5}{'us':>9}{'GB/s':>7}{'vs 1 row':>10}")
     for (k, n), spec in zip(shapes, specs, strict=True):
         copies = max(2, (args.stream_mb << 20) // (k * n * 4))
-        ws = [tvm.runtime.tensor(rng.standard_normal((n, k), dtype=np.float32))
-              for _ in range(copies)]
+        ws = [tvm.runtime.tensor(pack(rng.standard_normal((n, k), dtype=np.float32), "float32",
+                                      "panels")["w"]) for _ in range(copies)]
         fn = ex[spec.name()]
         xs = {r: tvm.runtime.tensor(rng.standard_normal((r, k), dtype=np.float32)) for r in rows}
         outs = {r: tvm.runtime.tensor(np.zeros((r, n), np.float32)) for r in rows}
