@@ -120,3 +120,11 @@ def test_the_object_holds_the_instructions(tmp_path: Path) -> None:
     assert "vdpbf16ps" in asm and "vcvtneps2bf16" in asm
     assert "ninfer_" not in subprocess.run([objdump, "-t", str(obj)], capture_output=True,
                                            text=True, check=True).stdout
+
+
+def test_x_bf16_is_for_bf16_panels_only() -> None:
+    assert MatmulSpec(k=64, n_out=64, wdtype="bf16", layout="panels",
+                      x_bf16=True).name().endswith("_bf16_p64_xbf16_gemv")
+    for wdtype, layout in (("f16", "panels"), ("bf16", "rows"), ("q8g32", "rows")):
+        with pytest.raises(ValueError, match="x_bf16 is for bf16 weights in the panels"):
+            MatmulSpec(k=64, n_out=64, wdtype=wdtype, layout=layout, x_bf16=True)
