@@ -4,9 +4,10 @@
         --variant 'lanes8: matmul.matmul_lanes=lambda: 8' --variant 'host:'
 
 Each --variant is `NAME: ATTR=EXPR; ATTR=EXPR ...`, ATTR a name in
-ninfer.kernels.cpu.matmul (`matmul.`), ninfer.kernels.cpu.qmatmul (`qmatmul.`) or the
-helpers they share, ninfer.kernels.cpu.common (`common.`), EXPR
-evaluated with the three modules and MatmulTiles / QTiles in scope; an empty list is the code
+ninfer.kernels.cpu.matmul (`matmul.`), ninfer.kernels.cpu.qmatmul (`qmatmul.`), the
+helpers they share, ninfer.kernels.cpu.common (`common.`), or (for ab_engine_decode)
+ninfer.kernels.cpu.attention (`attention.`), EXPR evaluated with those modules and
+MatmulTiles / QTiles in scope; an empty list is the code
 as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized
 formats) as it was at git revision REV, fed the weight layout that revision's spec names
 (rows before the panels layout existed); ab_engine_decode takes `@REV` as both kernel
@@ -64,9 +65,9 @@ def _parse() -> argparse.Namespace:
 @contextlib.contextmanager
 def variant_applied(variant: str) -> Iterator[None]:
     """The kernel modules with a variant's `ATTR=EXPR; ...` assignments set, restored after."""
-    from ninfer.kernels.cpu import common, matmul, qmatmul
+    from ninfer.kernels.cpu import attention, common, matmul, qmatmul
 
-    scope = {"common": common, "matmul": matmul, "qmatmul": qmatmul,
+    scope = {"common": common, "matmul": matmul, "qmatmul": qmatmul, "attention": attention,
              "MatmulTiles": matmul.MatmulTiles, "QTiles": qmatmul.QTiles}
     saved = []
     if variant.strip().startswith("@"):  # both kernel files as they were at that revision
