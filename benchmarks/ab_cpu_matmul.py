@@ -125,19 +125,22 @@ def _build_rev(rev: str, specs: list[Any]) -> tuple[Any, list[Any]]:
     weight layout it takes."""
     import tvm
 
-    from ninfer.kernels.cpu import build
+    from ninfer.kernels.cpu import bf16dot, build
 
     quantized = specs[0].wdtype.startswith("q")
     name = "qmatmul" if quantized else "matmul"
     module = rev_module(rev, name)
     src = module.SOURCE
     layout = "panels" if "spec.layout" in src else "rows"
-    specs = [dataclasses.replace(s, layout=layout) for s in specs]
+    # a revision before x_bf16 takes bf16 x as float32 whatever the spec says; rows
+    # (before the panels layout) cannot carry the flag
+    specs = [dataclasses.replace(s, layout=layout, x_bf16=s.x_bf16 and layout == "panels")
+             for s in specs]
     funcs = {s.name(): getattr(module, name)(s).with_attr("global_symbol", s.name())
              for s in specs}
     with tvm.transform.PassContext(config=build._PASS_CONFIG):
         ex = tvm.compile(tvm.IRModule(funcs), target=build.cpu_target())
-    return ex, specs
+    return bf16dot.patch(ex), specs  # vdpbf16ps placeholders of a revision that has them
 
 
 class _HugeArena:

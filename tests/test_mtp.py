@@ -169,9 +169,11 @@ def test_ngram_flags_are_refused_with_mtp_drafts(mtp_model):
 
 
 def test_artifact_alone_is_the_compiles(mtp_model, tmp_path):
-    """write_model_artifact (stage 6 alone, no TVM: how scripts/gpu_check.sh rewrites the
-    artifacts on a GPU machine) writes an MTP build's artifact byte for byte, its head
-    included (it read the checkpoint without its head, and the plan refused it)."""
+    """write_model_artifact (stage 6 alone: how scripts/gpu_check.sh rewrites the artifacts
+    on a GPU machine) writes an MTP build's artifact byte for byte, its head included (it
+    read the checkpoint without its head, and the plan refused it), and its build digest
+    names the kernels this host's compile chose (one gemv stream on some hosts: it did
+    not, until session 30)."""
     from ninfer.pipeline import CompileOptions, write_model_artifact
 
     opts = CompileOptions(model_dir=mtp_model.checkpoint, target="cpu", out_dir=tmp_path,

@@ -86,9 +86,12 @@ def test_cpu_gemv_streams_resolve_for_the_host(monkeypatch):
 
 def test_cpu_bf16_activations_apply_to_the_cpu_target():
     cpu, h100 = load_target("cpu"), load_target("h100")
-    assert CompileOptions(MODEL).x_bf16(cpu) and not CompileOptions(MODEL).x_bf16(h100)
-    assert CompileOptions(MODEL, cpu_bf16_activations="bf16").x_bf16(cpu)
-    assert not CompileOptions(MODEL, cpu_bf16_activations="f32").x_bf16(cpu)
+    # auto: rounded where the host has vdpbf16ps to gain from it
+    for dp in (False, True):
+        assert CompileOptions(MODEL).x_bf16(cpu, dp) == dp
+        assert not CompileOptions(MODEL).x_bf16(h100, dp)
+        assert CompileOptions(MODEL, cpu_bf16_activations="bf16").x_bf16(cpu, dp)
+        assert not CompileOptions(MODEL, cpu_bf16_activations="f32").x_bf16(cpu, dp)
     for value in ("bf16", "f32"):
         with pytest.raises(OptionsError, match="applies to the cpu target, not h100"):
             CompileOptions(MODEL, cpu_bf16_activations=value).check_target(h100)

@@ -113,12 +113,19 @@ def test_q8_greedy_generations_equal_f32_mostly(trained_checkpoint, f32_greedy):
     assert same / sum(len(r) for r in f32_greedy) >= 0.9, (f32_greedy, got)
 
 
-def test_bf16_build_rounds_x_and_says_so(accuracy, trained_checkpoint):
+def test_bf16_build_rounds_x_where_it_pays_and_says_so(accuracy, trained_checkpoint):
+    """--cpu-bf16-activations auto rounds x to bf16 where the host has vdpbf16ps (the drift
+    bounded above is then the rounded one), and keeps it float32 elsewhere."""
+    from ninfer.kernels.cpu.matmul import use_dpbf16
+
     report = json.loads((_build(trained_checkpoint, "bf16") / "compile_report.json")
                         .read_text())
     matmuls = [k for k in report["plan"]["kernels"].values() if k.startswith("matmul")]
-    assert matmuls and all("_bf16_p64_xbf16" in k for k in matmuls), matmuls
-    assert any(n.startswith("bf16 weights multiply x rounded to bf16") for n in report["notes"])
+    assert matmuls and all("_bf16_p64" in k and ("_xbf16" in k) == use_dpbf16()
+                           for k in matmuls), matmuls
+    note = ("bf16 weights multiply x rounded to bf16" if use_dpbf16() else
+            "--cpu-bf16-activations not given: bf16 weights multiply float32 x")
+    assert any(n.startswith(note) for n in report["notes"]), report["notes"]
 
 
 def test_quantized_build_is_smaller_and_serves(accuracy, trained_checkpoint):

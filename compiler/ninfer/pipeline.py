@@ -72,7 +72,7 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
     with stage("plan"):
         positions = model.graph.config.max_position_embeddings
         opts, plan, read_note = _plan(opts, model, target)
-        bf16_note = _x_bf16_note(plan)
+        bf16_note = _x_bf16_note(plan, opts, target)
     dump.json("plan.json", plan.to_json())
 
     model_id = opts.resolved_model_id
@@ -156,9 +156,13 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
 
 
 def write_model_artifact(opts: CompileOptions, path: Path) -> Path:
-    """Only stage 6: the model.ninfer that compile_model(opts) would write (needs no TVM,
-    no compiler). The weights may differ from the compiling machine's; the shapes, target,
-    limits and tokenizer must not, or the server refuses the artifact."""
+    """Only stage 6: the model.ninfer that compile_model(opts) would write. For a CUDA
+    target it needs no TVM and no compiler (scripts/gpu_check.sh runs it on the GPU
+    machine); for the cpu target it plans the kernels as a compile on this host does (the
+    build digest names them): the host's gemv stream choice (its cached read probe, else
+    the probe compiled and run) and whether bf16 rounds x (TVM's host features). The
+    weights may differ from the compiling machine's; the shapes, target, limits and
+    tokenizer must not, or the server refuses the artifact."""
     target = load_target(opts.target).with_overrides(memory_gib=opts.memory_gib)
     model = read_model(opts.model_dir, opts.chat_template, mtp=opts.spec == "mtp")
     opts, _ = opts.with_checkpoint_weights(model.native_weight_format())
@@ -175,7 +179,7 @@ def _plan(opts: CompileOptions, model: FrontendModel, target: Target
     opts, read_note = opts.with_host_read(target)
     limits = opts.serve_limits(target, model.graph.config.max_position_embeddings)
     plan = make_plan(model.graph, target, limits, opts.weight_formats(),
-                     opts.gemv_streams(target), opts.x_bf16(target))
+                     opts.gemv_streams(target), opts.x_bf16(target, _host_dpbf16(target)))
     return opts, plan, read_note
 
 
@@ -234,12 +238,29 @@ class _Stages:
         self.seconds[name] = round(time.perf_counter() - t0, 3)
 
 
-def _x_bf16_note(plan: Plan) -> str | None:
-    """The compile summary's note on the cpu target's bf16 matmuls rounding x to bf16."""
-    if not any(isinstance(s, MatmulSpec) and s.x_bf16 for s in plan.unique_kernels()):
+def _host_dpbf16(target: Target) -> bool:
+    """Whether the cpu target's kernels use vdpbf16ps on this host (TVM's view of its
+    features); no TVM import for a CUDA target."""
+    if target.is_cuda:
+        return False
+    from ninfer.kernels.cpu.matmul import use_dpbf16
+
+    return use_dpbf16()
+
+
+def _x_bf16_note(plan: Plan, opts: CompileOptions, target: Target) -> str | None:
+    """The compile summary's note on how the cpu target's bf16 matmuls take x."""
+    bf16 = [s for s in plan.unique_kernels() if isinstance(s, MatmulSpec) and s.wdtype == "bf16"]
+    if target.is_cuda or not bf16:
         return None
     from ninfer.kernels.cpu.matmul import use_dpbf16
 
+    if not any(s.x_bf16 for s in bf16):
+        if opts.cpu_bf16_activations != "auto":
+            return None
+        return ("--cpu-bf16-activations not given: bf16 weights multiply float32 x, as this "
+                "host has no AVX512_BF16 (rounding x to bf16 would cost accuracy and gain "
+                "nothing here; --cpu-bf16-activations bf16 rounds it anyway)")
     how = ("vdpbf16ps, two k steps an instruction" if use_dpbf16() else
            "two FMAs a pair of k steps: this host has no AVX512_BF16")
     return (f"bf16 weights multiply x rounded to bf16 ({how}; as llama.cpp's BF16 path); "

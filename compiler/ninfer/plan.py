@@ -414,7 +414,7 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         streams = gemv_streams if schedule == "gemv" and not target.is_cuda else 0
         layout = matmul_layout(target, wdtype)
         return MatmulSpec(k, n, b, schedule, wdtype, layout, streams,
-                          x_bf16 and (wdtype, layout) == ("bf16", "panels"))
+                          x_bf16 and not target.is_cuda and (wdtype, layout) == ("bf16", "panels"))
 
     # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats)
     rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0

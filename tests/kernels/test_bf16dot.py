@@ -7,6 +7,7 @@ AVX512_BF16 (elsewhere only the FMA path can run, and the other kernel tests cov
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -128,3 +129,19 @@ def test_x_bf16_is_for_bf16_panels_only() -> None:
     for wdtype, layout in (("f16", "panels"), ("bf16", "rows"), ("q8g32", "rows")):
         with pytest.raises(ValueError, match="x_bf16 is for bf16 weights in the panels"):
             MatmulSpec(k=64, n_out=64, wdtype=wdtype, layout=layout, x_bf16=True)
+
+
+def test_stack_frames_do_not_grow_with_k(tmp_path: Path) -> None:
+    """x is rounded into a stack buffer XS_K values at a time: the frames of the gemv (all
+    of k in one pass) and of the gemm stay small for a 70B-sized k (28672: 1.5 MB when
+    the buffer held all of k)."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("objdump (binutils) is not installed")
+    specs = [MatmulSpec(28672, 64 * 2 + 10, False, s, "bf16", "panels", 0, True)
+             for s in ("gemv", "gemm")]
+    obj = build_cpu_object(specs, tmp_path / "k.o")
+    asm = subprocess.run([objdump, "-d", str(obj)], capture_output=True, text=True,
+                         check=True).stdout
+    frames = [int(m, 16) for m in re.findall(r"sub\s+\$0x([0-9a-f]+),%rsp", asm)]
+    assert frames and max(frames) < 32 * 1024, max(frames)

@@ -79,6 +79,10 @@ GEMM_PF_BLOCKS = 2
 # ordering the accumulators' columns) weigh twice as much as with FMAs, so 1024 k a block
 # (w from L2, prefetched): 318 -> 350 GFLOP/s on Zen 4 (RESULTS 2026-12-06, session 29)
 DP_KB_BYTES = 131072
+# bf16 x: k values rounded into a stack buffer at a time (even). The gemv takes all of k in
+# one pass, and a buffer of all of it made 1.5 MB stack frames at k = 28672; 256: 18 KB,
+# and the gemm and gemv read as fast as with 1024 (343 / 336 GFLOP/s, session 30)
+XS_K = 256
 # gemv: streams of w (whole panels) per thread for 1, 2 and 3 rows, by float32 lanes
 # (accumulators: rows x streams x PANEL / lanes). 16 lanes: two streams prefetched 1 KB
 # ahead read 2-8% faster for one row and 15-20% faster for two than four or three streams
@@ -234,46 +238,53 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
 
     @T.macro
     def pair_steps(x, w, acc, i0, s, k0, kn, R, pf, ST, sd, CW, kcap):
-        # bf16 weights: rows i0..i0+R of x at k0..k0+kn rounded to bf16 (xs; a zero after
-        # the last), then per pair of k: acc += x[k+1] w[k+1], acc += x[k] w[k] (vdpbf16ps,
-        # or two FMAs: the product of two bf16 values is exact in float32); an odd last k
-        # alone (vdpbf16ps: with a zero weight and x at k + 1).
-        xs = scratch((R, kcap + 2), "uint16")
-        for r in T.unroll(R):
-            for kq in range(kn // VW):
-                if DP:
-                    xs[r, tirx.Ramp(kq * VW, i64(1), VW)] = bf16dot.round_bf16(
-                        x[i0 + r, tirx.Ramp(k0 + kq * VW, i64(1), VW)])
-                else:
-                    for v in T.vectorized(VW):
-                        xs[r, kq * VW + v] = bf16_bits(x[i0 + r, k0 + kq * VW + v])
-            for kt in range(kn % VW):
-                xs[r, kn // VW * VW + kt] = bf16_bits(x[i0 + r, k0 + kn // VW * VW + kt])
-            xs[r, kn] = T.uint16(0)
-        for kp in range(kn // 2):
-            prefetch_step(w, s, k0 + 2 * kp, pf, ST, sd, CW)
-            prefetch_step(w, s, k0 + 2 * kp + 1, pf, ST, sd, CW)
+        # bf16 weights: per sub-block of at most XS_K k (whole pairs but the last), rows
+        # i0..i0+R of x rounded to bf16 (xs; a zero after the last), then per pair of k:
+        # acc += x[k+1] w[k+1], acc += x[k] w[k] (vdpbf16ps, or two FMAs: the product of
+        # two bf16 values is exact in float32); an odd last k alone (vdpbf16ps: with a zero
+        # weight and x at k + 1). The sub-blocks bound xs on the stack (the gemv takes all
+        # of k at once) and leave the chain as it is.
+        XB = T.meta_var(min(kcap, XS_K))
+        xs = scratch((R, XB + 2), "uint16")
+        for xb in range((kn + (XB - 1)) // XB):
+            b0 = T.bind(k0 + xb * XB)
+            bn = T.bind(T.min(kn - xb * XB, XB))
             for r in T.unroll(R):
-                if DP:
-                    for c2 in T.unroll(ST * CW // 2):
-                        acc[r, c2, R32] = bf16dot.dot(
-                            acc[r, c2, R32], _w32(w, s, sd, 2 * c2, CW, k0 + 2 * kp),
-                            _w32(w, s, sd, 2 * c2, CW, k0 + 2 * kp + 1),
-                            xs[r, tirx.Ramp(2 * kp, i64(1), 2)])
-                else:
-                    for c in T.unroll(ST * CW):
-                        fma_pair(x, w, acc, r, s, sd, c, CW, xs, 2 * kp, k0 + 2 * kp, True)
-        if kn % 2 == 1:
-            for r in T.unroll(R):
-                if DP:
-                    for c2 in T.unroll(ST * CW // 2):
-                        acc[r, c2, R32] = bf16dot.dot(
-                            acc[r, c2, R32], _w32(w, s, sd, 2 * c2, CW, k0 + kn - 1),
-                            tirx.Broadcast(tirx.const(0, "uint16"), 2 * VW),
-                            xs[r, tirx.Ramp(kn - 1, i64(1), 2)])
-                else:
-                    for c in T.unroll(ST * CW):
-                        fma_pair(x, w, acc, r, s, sd, c, CW, xs, kn - 1, k0 + kn - 1, False)
+                for kq in range(bn // VW):
+                    if DP:
+                        xs[r, tirx.Ramp(kq * VW, i64(1), VW)] = bf16dot.round_bf16(
+                            x[i0 + r, tirx.Ramp(b0 + kq * VW, i64(1), VW)])
+                    else:
+                        for v in T.vectorized(VW):
+                            xs[r, kq * VW + v] = bf16_bits(x[i0 + r, b0 + kq * VW + v])
+                for kt in range(bn % VW):
+                    xs[r, bn // VW * VW + kt] = bf16_bits(x[i0 + r, b0 + bn // VW * VW + kt])
+                xs[r, bn] = T.uint16(0)
+            for kp in range(bn // 2):
+                prefetch_step(w, s, b0 + 2 * kp, pf, ST, sd, CW)
+                prefetch_step(w, s, b0 + 2 * kp + 1, pf, ST, sd, CW)
+                for r in T.unroll(R):
+                    if DP:
+                        for c2 in T.unroll(ST * CW // 2):
+                            acc[r, c2, R32] = bf16dot.dot(
+                                acc[r, c2, R32], _w32(w, s, sd, 2 * c2, CW, b0 + 2 * kp),
+                                _w32(w, s, sd, 2 * c2, CW, b0 + 2 * kp + 1),
+                                xs[r, tirx.Ramp(2 * kp, i64(1), 2)])
+                    else:
+                        for c in T.unroll(ST * CW):
+                            fma_pair(x, w, acc, r, s, sd, c, CW, xs, 2 * kp, b0 + 2 * kp, True)
+            if bn % 2 == 1:
+                for r in T.unroll(R):
+                    if DP:
+                        for c2 in T.unroll(ST * CW // 2):
+                            acc[r, c2, R32] = bf16dot.dot(
+                                acc[r, c2, R32], _w32(w, s, sd, 2 * c2, CW, b0 + bn - 1),
+                                tirx.Broadcast(tirx.const(0, "uint16"), 2 * VW),
+                                xs[r, tirx.Ramp(bn - 1, i64(1), 2)])
+                    else:
+                        for c in T.unroll(ST * CW):
+                            fma_pair(x, w, acc, r, s, sd, c, CW, xs, bn - 1, b0 + bn - 1,
+                                     False)
 
     @T.macro
     def micro(x, w, bias, out, acc, i0, s, k0, kn, R, tail, pf, ST=1, sd=0, CW=CV, kcap=K):
@@ -281,7 +292,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
         # s // (PANEL // (CW * VW)), vectors (s % ...) * CW ..), k0..k0+kn: resume the
         # chains from out (or start them from the bias at k0 = 0), add the products, store
         # them back. ST > 1 reads ST streams of w at once (more memory-level parallelism
-        # for a single row). kn <= kcap (a Python int: the size of bf16's scratch of x).
+        # for a single row). kn <= kcap (a Python int: bounds bf16's scratch of x).
         for r in T.unroll(R):
             if DP and not tail:  # 32 columns a pair of vectors, in PAIR_COLUMNS order
                 for c2 in T.unroll(ST * CW // 2):
@@ -296,7 +307,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
                         acc[r, c2, R32] = tirx.Shuffle(
                             [out[i0 + r, tirx.Ramp(_col(s, sd, 2 * c2, CW), i64(1), 2 * VW)]],
                             TO_PAIRS)
-            else:
+            else:  # with DP only the tail gets here: acc then indexed by _ac / _av alone
                 for c in T.unroll(ST * CW):
                     if tail:  # k0 == 0 here; columns past N start (and stay) unused
                         for v in range(VW):
