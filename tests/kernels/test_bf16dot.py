@@ -145,3 +145,19 @@ def test_stack_frames_do_not_grow_with_k(tmp_path: Path) -> None:
                          check=True).stdout
     frames = [int(m, 16) for m in re.findall(r"sub\s+\$0x([0-9a-f]+),%rsp", asm)]
     assert frames and max(frames) < 32 * 1024, max(frames)
+
+
+def test_the_kernel_cache_is_keyed_by_the_host_cpu(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    """The cached objects hold this CPU's instructions (vdpbf16ps, AVX-512): a cache
+    copied to another host must not hand them over."""
+    from ninfer.kernels.cpu.build import cached_cpu_object
+    from ninfer.targets import load_target
+
+    spec = MatmulSpec(k=64, n_out=64, wdtype="f16", layout="panels")
+    cache = tmp_path / "cache"
+    cached_cpu_object([spec], load_target("cpu"), cache, tmp_path / "a.o")
+    other = "haswell" if tvm.target.codegen.llvm_get_system_cpu() != "haswell" else "znver4"
+    monkeypatch.setattr(tvm.target.codegen, "llvm_get_system_cpu", lambda: other)
+    cached_cpu_object([spec], load_target("cpu"), cache, tmp_path / "b.o")
+    assert len(list(cache.glob("*.o"))) == 2

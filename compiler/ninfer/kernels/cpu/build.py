@@ -109,12 +109,15 @@ def build_cpu_object(specs: Iterable[KernelSpec], out_path: Path) -> Path:
 def cached_cpu_object(specs: Sequence[KernelSpec], target: Target, cache: Path, dest: Path
                       ) -> Path:
     """Every kernel of `specs` in one object at `dest`. Each kernel is compiled on its own
-    and cached under `cache` by the target, its name and the sources of the kernels and of
-    the formats they read, so builds that share kernels (another KV format, other serve
-    limits) compile only the kernels they add; the objects are then joined with `ld -r`
-    (their only common symbols are TVM's weak helpers)."""
+    and cached under `cache` by the target, the CPU the code is generated for (this host's:
+    its instructions, e.g. vdpbf16ps, differ by CPU, and a cache may be copied to another
+    host), its name and the sources of the kernels and of the formats they read, so builds
+    that share kernels (another KV format, other serve limits) compile only the kernels
+    they add; the objects are then joined with `ld -r` (their only common symbols are
+    TVM's weak helpers)."""
     sources = hashlib.sha256()
     sources.update(target.stable_hash().encode())
+    sources.update(str(cpu_target()).encode())
     package = Path(__file__).resolve().parents[2]  # compiler/ninfer
     for src in sorted(p for d in ("kernels", "quantize") for p in (package / d).rglob("*.py")):
         sources.update(str(src.relative_to(package)).encode())
