@@ -161,3 +161,14 @@ def test_the_kernel_cache_is_keyed_by_the_host_cpu(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(tvm.target.codegen, "llvm_get_system_cpu", lambda: other)
     cached_cpu_object([spec], load_target("cpu"), cache, tmp_path / "b.o")
     assert len(list(cache.glob("*.o"))) == 2
+
+
+def test_a_hidden_avx512_bf16_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLVM names the CPU model; a hypervisor may hide the feature from the guest (no
+    avx512_bf16 in /proc/cpuinfo): then the kernels keep to FMAs."""
+    from ninfer.kernels.cpu import common
+
+    assert common.host_reports("fpu")  # every x86-64 Linux lists it
+    assert not common.host_reports("no_such_flag_here")
+    monkeypatch.setattr(matmul, "host_reports", lambda flag: flag != "avx512_bf16")
+    assert not matmul.use_dpbf16()

@@ -8,6 +8,7 @@ straight-line SIMD code (no libm calls, no global scratch).
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 from tvm import tirx
 from tvm.script.ir_builder import tirx as irb
@@ -32,6 +33,20 @@ def host_has(feature: str) -> bool:
 
     target = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
     return bool(codegen.target_has_features(feature, target))
+
+
+@functools.cache
+def host_reports(flag: str) -> bool:
+    """Whether the kernel (Linux /proc/cpuinfo) lists `flag` ("avx512_bf16", ...) for this
+    CPU: a hypervisor may hide a feature that the CPU model LLVM names (host_has) implies.
+    True where there is no such file to ask."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), None)
+    return flags is None or flag in flags
 
 
 def host_has_avx512() -> bool:

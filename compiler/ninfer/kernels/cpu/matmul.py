@@ -57,7 +57,17 @@ from ninfer.quantize.weight_formats import PANEL
 
 from ..spec import MatmulSpec
 from . import bf16dot
-from .common import F32, bf16_bits, f32, host_has, host_vector_lanes, i64, prefetch, scratch
+from .common import (
+    F32,
+    bf16_bits,
+    f32,
+    host_has,
+    host_reports,
+    host_vector_lanes,
+    i64,
+    prefetch,
+    scratch,
+)
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,8 @@ def use_dpbf16() -> bool:
     """bf16 weights: one vdpbf16ps per pair of k steps where the host has AVX512_BF16 (and
     the kernels use 16 lanes); elsewhere two FMAs in the instruction's order, which give the
     same results but where it flushes a subnormal to zero."""
-    return host_vector_lanes() == bf16dot.LANES and host_has("avx512bf16")
+    return (host_vector_lanes() == bf16dot.LANES and host_has("avx512bf16")
+            and host_reports("avx512_bf16"))
 
 
 def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
