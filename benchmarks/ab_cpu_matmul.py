@@ -43,9 +43,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--schedule", choices=["gemv", "gemm"], default="gemv")
     p.add_argument("--rows", default="1", help="comma-separated row counts (gemv)")
     p.add_argument("--gemm-rows", type=int, default=256)
-    p.add_argument("--x-f32", action="store_true",
-                   help="bf16: float32 x (--cpu-bf16-activations f32); by default x is rounded "
-                        "to bf16 as the cpu target's plan does (MatmulSpec.x_bf16)")
+    p.add_argument("--bf16-activations", choices=["auto", "bf16", "f32"], default="auto",
+                   help="bf16 weights: what they multiply, as --cpu-bf16-activations (auto: x "
+                        "rounded to bf16 where this host has vdpbf16ps, as the plan does)")
     p.add_argument("--variant", action="append", required=True)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
@@ -177,15 +177,19 @@ def main() -> None:
     import numpy as np
     import tvm
 
-    from ninfer.kernels import MatmulSpec
-    from ninfer.quantize.weight_formats import format_info, pack, packed_nbytes
+    from ninfer.kernels.cpu import matmul
+    from ninfer.plan import matmul_spec
+    from ninfer.quantize.weight_formats import pack, packed_nbytes
+    from ninfer.targets import load_target
 
-    layout = "rows" if format_info(args.format).quantized else "panels"
+    if args.bf16_activations != "auto" and args.format != "bf16":
+        raise SystemExit(f"--bf16-activations is for --format bf16, not {args.format}")
+    x_bf16 = (args.bf16_activations == "bf16"
+              or (args.bf16_activations == "auto" and matmul.use_dpbf16()))
     shapes = ([tuple(int(v) for v in s.split(":")) for s in args.shapes.split(",")]
               if args.shapes else SHAPES)
-    specs = [MatmulSpec(k=k, n_out=n, wdtype=args.format, schedule=args.schedule,
-                        layout=layout, x_bf16=args.format == "bf16" and not args.x_f32)
-             for k, n in shapes]
+    specs = [matmul_spec(load_target("cpu"), k, n, False, args.schedule, args.format,
+                         x_bf16=x_bf16) for k, n in shapes]
     variants = {}  # name -> (executable, its specs)
     for v in args.variant:
         name, _, body = v.partition(":")

@@ -49,13 +49,15 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 
 from ninfer.kernels import MatmulSpec, build_cpu_module, reference  # noqa: E402
+from ninfer.kernels.cpu.matmul import use_dpbf16  # noqa: E402
+from ninfer.plan import matmul_spec  # noqa: E402
 from ninfer.quantize.weight_formats import (  # noqa: E402
     WEIGHT_FORMATS,
-    format_info,
     pack,
     packed_nbytes,
     part_layout,
 )
+from ninfer.targets import load_target  # noqa: E402
 
 PAUSE_S = 0.3
 
@@ -83,11 +85,11 @@ def _compare(ours, theirs, rounds: int) -> tuple[list[float], list[float]]:
 
 
 def _spec(k: int, n_out: int, schedule: str, fmt: str = "float32") -> MatmulSpec:
-    """The matmul as the cpu target's plan makes it: float formats in the panels layout,
-    bf16 times x rounded to bf16 (MatmulSpec.x_bf16)."""
-    layout = "rows" if format_info(fmt).quantized else "panels"
-    return MatmulSpec(k, n_out, False, schedule, fmt, layout,  # type: ignore[arg-type]
-                      x_bf16=fmt == "bf16")
+    """The matmul as the cpu target's plan makes it on this host (plan.matmul_spec, x
+    rounded to bf16 for bf16 weights where the host has vdpbf16ps, as
+    --cpu-bf16-activations auto)."""
+    return matmul_spec(load_target("cpu"), k, n_out, False, schedule,  # type: ignore[arg-type]
+                       fmt, x_bf16=use_dpbf16())
 
 
 def numpy_table() -> None:

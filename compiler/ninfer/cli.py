@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from ninfer.options import CPU_BF16_ACTIVATIONS, CPU_GEMV_STREAMS
 from ninfer.paths import DEFAULT_BUILD_DIR
 from ninfer.report import LAUNCH_COLUMNS, CoopRouteRow, LaunchRow
 from ninfer.targets import available_targets
@@ -54,14 +55,14 @@ console = Console(stderr=True)
                    "fp16 scale per 32 values (int4 keys Hadamard-rotated). CUDA targets read "
                    "f32, f16 and bf16.")
 @click.option("--cpu-gemv-streams", default="auto", show_default=True,
-              type=click.Choice(["auto", "1", "2"]),
+              type=click.Choice(CPU_GEMV_STREAMS),
               help="cpu target: the decode gemvs read their weights as 1 stream a thread "
                    "(hardware prefetch only) or as the kernels' default streams, 2 a thread for "
                    "one row, prefetched in software (results bitwise the same). auto = what reads "
                    "faster in this host's read probe (measured once per CPU; "
                    "NINFER_CPU_GEMV_STREAMS=1|2 sets it for every compile).")
 @click.option("--cpu-bf16-activations", default="auto", show_default=True,
-              type=click.Choice(["auto", "bf16", "f32"]),
+              type=click.Choice(CPU_BF16_ACTIVATIONS),
               help="cpu target: bf16 weights multiply x rounded to bf16 (vdpbf16ps where the "
                    "host has AVX512_BF16; llama.cpp's BF16 path rounds x the same way) or "
                    "float32 x (float32 arithmetic throughout; prefill about 1.6x slower on "

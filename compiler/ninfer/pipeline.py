@@ -253,15 +253,13 @@ def _x_bf16_note(plan: Plan, opts: CompileOptions, target: Target) -> str | None
     bf16 = [s for s in plan.unique_kernels() if isinstance(s, MatmulSpec) and s.wdtype == "bf16"]
     if target.is_cuda or not bf16:
         return None
-    from ninfer.kernels.cpu.matmul import use_dpbf16
-
     if not any(s.x_bf16 for s in bf16):
         if opts.cpu_bf16_activations != "auto":
             return None
         return ("--cpu-bf16-activations not given: bf16 weights multiply float32 x, as this "
                 "host has no AVX512_BF16 (rounding x to bf16 would cost accuracy and gain "
                 "nothing here; --cpu-bf16-activations bf16 rounds it anyway)")
-    how = ("vdpbf16ps, two k steps an instruction" if use_dpbf16() else
+    how = ("vdpbf16ps, two k steps an instruction" if _host_dpbf16(target) else
            "two FMAs a pair of k steps: this host has no AVX512_BF16")
     return (f"bf16 weights multiply x rounded to bf16 ({how}; as llama.cpp's BF16 path); "
             "--cpu-bf16-activations f32 keeps x float32")

@@ -277,6 +277,18 @@ def matmul_layout(target: Target, wdtype: str) -> Literal["rows", "panels"]:
     return "rows" if target.is_cuda or format_info(wdtype).quantized else "panels"
 
 
+def matmul_spec(target: Target, k: int, n_out: int, bias: bool,
+                schedule: Literal["gemv", "gemm"], wdtype: str, gemv_streams: int = 0,
+                x_bf16: bool = True) -> MatmulSpec:
+    """One matmul as make_plan makes it for `target` (the benchmarks build theirs here too):
+    the weight layout the target's kernels take, the cpu gemv's weight streams, and x
+    rounded to bf16 for the cpu target's bf16 weights where x_bf16 says so (CUDA targets
+    keep x float32)."""
+    streams = gemv_streams if schedule == "gemv" and not target.is_cuda else 0
+    return MatmulSpec(k, n_out, bias, schedule, wdtype, matmul_layout(target, wdtype), streams,
+                      x_bf16 and not target.is_cuda and wdtype == "bf16")
+
+
 def weight_layout(w: WeightSpec, plan: Plan) -> str:
     """The layout `plan`'s kernels take `w` in ("rows" for weights that feed no matmul)."""
     role = matmul_role(w)
@@ -410,11 +422,8 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
 
     def _matmul(k: int, n: int, b: bool, schedule: Literal["gemv", "gemm"], role: str
                 ) -> MatmulSpec:
-        wdtype = weights.wdtype(role)
-        streams = gemv_streams if schedule == "gemv" and not target.is_cuda else 0
-        layout = matmul_layout(target, wdtype)
-        return MatmulSpec(k, n, b, schedule, wdtype, layout, streams,
-                          x_bf16 and not target.is_cuda and (wdtype, layout) == ("bf16", "panels"))
+        return matmul_spec(target, k, n, b, schedule, weights.wdtype(role), gemv_streams,
+                           x_bf16)
 
     # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats)
     rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import tvm
 from tvm import tirx
@@ -80,10 +81,16 @@ _ROUND = re.compile(r"^(\s*)(%[-\w.$]+) = (?:tail |notail )?call (?:fastcc )?<16
                     rf"@{ROUND_PLACEHOLDER}\(<16 x float> ([^,()]+)\)(?: #\d+)?"
                     r"((?:, ![\w.]+ !\d+)*)\s*$")
 _OPERAND_TYPES = ("<32 x float> ", "<32 x i16> ", "<32 x i16> ", "<2 x i16> ")
-# Column of each of the 32 result lanes: the low half pairs the first four columns of each
-# 128-bit lane of the weights (8 columns), the high half the last four.
-PAIR_COLUMNS = [8 * (lane % LANES // 4) + 4 * (lane // LANES) + lane % 4
-                for lane in range(2 * LANES)]
+
+
+def pair_column(lane: Any) -> Any:
+    """Column of result lane `lane` (0..31; an int or a TIR index): the low half pairs the
+    first four columns of each 128-bit lane of the weights (8 columns), the high half the
+    last four."""
+    return 8 * (lane % LANES // 4) + 4 * (lane // LANES) + lane % 4
+
+
+PAIR_COLUMNS = [pair_column(lane) for lane in range(2 * LANES)]
 
 
 def _pairs(half: int) -> str:

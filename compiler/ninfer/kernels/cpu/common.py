@@ -154,6 +154,11 @@ def bf16_bits(x: tirx.PrimExpr) -> tirx.PrimExpr:
     return tirx.Cast("uint16", rounded)
 
 
+def bf16_float(bits: tirx.PrimExpr) -> tirx.PrimExpr:
+    """The float32 value of bfloat16 bits (uint16): bf16_bits' inverse, exact."""
+    return tirx.reinterpret(F32, tirx.Cast("uint32", bits) << tirx.const(16, "uint32"))
+
+
 def prefetch(buf: tirx.Buffer, *index: tirx.PrimExpr) -> tirx.PrimExpr:
     """Hint the cache line holding buf[index] into L1 (a no-op for correctness; prefetching
     into L2 instead measured no faster, RESULTS 2026-12-02). The index may run past the

@@ -19,7 +19,7 @@ from tvm.script import tirx as T
 from ninfer.quantize.kv_formats import FP8_MAX, KV_GROUP, kv_format
 
 from ..spec import KvStoreSpec
-from .common import F32, VECTOR_LANES, bf16_bits, f32, hmax, i64, scratch
+from .common import F32, VECTOR_LANES, bf16_bits, bf16_float, f32, hmax, i64, scratch
 
 VW = VECTOR_LANES
 GV = KV_GROUP // VW  # vectors per scale group
@@ -64,8 +64,7 @@ def load(kv_dtype: str, data: tirx.Buffer, scales: tirx.Buffer, row: tirx.PrimEx
     if kv_dtype == "f16":
         return tirx.Cast(F32, data[row, head, e])
     if kv_dtype == "bf16":
-        bits = tirx.Cast("uint32", data[row, head, e]) << _u32(16)
-        return tirx.reinterpret(F32, bits)
+        return bf16_float(data[row, head, e])
     if kv_dtype == "fp8":
         # e4m3 -> the float16 with the same bits shifted into place (exponent field e,
         # mantissa m << 7, subnormals included), x 2^8 for the bias difference (15 - 7):

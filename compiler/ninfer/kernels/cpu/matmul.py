@@ -60,6 +60,7 @@ from . import bf16dot
 from .common import (
     F32,
     bf16_bits,
+    bf16_float,
     f32,
     host_has,
     host_reports,
@@ -134,8 +135,7 @@ def _weight(w: tirx.Buffer, wdtype: str, p: tirx.PrimExpr, k: tirx.PrimExpr,
     if wdtype == "f16":
         return tirx.Cast(F32, w[p, k, c])
     if wdtype == "bf16":
-        bits = tirx.Cast("uint32", w[p, k, c]) << tirx.const(16, "uint32")
-        return tirx.reinterpret(F32, bits)
+        return bf16_float(w[p, k, c])
     return w[p, k, c]
 
 
@@ -222,8 +222,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
     def _lane_col(s, sd, c, v, CW):
         # output column of lane v of accumulator vector c
         if DP:
-            return _col(s, sd, c - c % 2, CW) + (
-                8 * (v // 4) + 4 * (c % 2) + v % 4)
+            return _col(s, sd, c - c % 2, CW) + bf16dot.pair_column(c % 2 * VW + v)
         return _col(s, sd, c, CW) + v
 
     def _w32(w, s, sd, c, CW, k):
@@ -231,19 +230,16 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
         sj = s + c // CW * sd
         return w[_pan(sj, CW), k, tirx.Ramp(_pcol(sj, CW) + c % CW * VW, i64(1), 2 * VW)]
 
-    def _bf16(bits):
-        return tirx.reinterpret(F32, tirx.Cast("uint32", bits) << tirx.const(16, "uint32"))
-
     @T.macro
-    def fma_pair(x, w, acc, r, s, sd, c, CW, xs, kx, k, two):
+    def fma_pair(w, acc, r, s, sd, c, CW, xs, kx, k, two):
         # acc += x[k+1] w[k+1] (when two), then acc += x[k] w[k]; xs[kx] holds x[k] (bf16)
         if two:
             for v in T.vectorized(VW):
-                acc[r, c, v] = acc[r, c, v] + _bf16(xs[r, kx + 1]) * _weight(
+                acc[r, c, v] = acc[r, c, v] + bf16_float(xs[r, kx + 1]) * _weight(
                     w, WD, _pan(s + c // CW * sd, CW), k + 1,
                     _pcol(s + c // CW * sd, CW) + c % CW * VW + v)
         for v in T.vectorized(VW):
-            acc[r, c, v] = acc[r, c, v] + _bf16(xs[r, kx]) * _weight(
+            acc[r, c, v] = acc[r, c, v] + bf16_float(xs[r, kx]) * _weight(
                 w, WD, _pan(s + c // CW * sd, CW), k,
                 _pcol(s + c // CW * sd, CW) + c % CW * VW + v)
 
@@ -283,7 +279,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
                                 xs[r, tirx.Ramp(2 * kp, i64(1), 2)])
                     else:
                         for c in T.unroll(ST * CW):
-                            fma_pair(x, w, acc, r, s, sd, c, CW, xs, 2 * kp, b0 + 2 * kp, True)
+                            fma_pair(w, acc, r, s, sd, c, CW, xs, 2 * kp, b0 + 2 * kp, True)
             if bn % 2 == 1:
                 for r in T.unroll(R):
                     if DP:
@@ -294,8 +290,7 @@ def _matmul(spec: MatmulSpec, tl: MatmulTiles, VW: int) -> tirx.PrimFunc:
                                 xs[r, tirx.Ramp(bn - 1, i64(1), 2)])
                     else:
                         for c in T.unroll(ST * CW):
-                            fma_pair(x, w, acc, r, s, sd, c, CW, xs, bn - 1, b0 + bn - 1,
-                                     False)
+                            fma_pair(w, acc, r, s, sd, c, CW, xs, bn - 1, b0 + bn - 1, False)
 
     @T.macro
     def micro(x, w, bias, out, acc, i0, s, k0, kn, R, tail, pf, ST=1, sd=0, CW=CV, kcap=K):
