@@ -6,8 +6,8 @@
 Each --variant is `NAME: ATTR=EXPR; ATTR=EXPR ...`, ATTR a name in
 ninfer.kernels.cpu.matmul (`matmul.`), ninfer.kernels.cpu.qmatmul (`qmatmul.`), the
 helpers they share, ninfer.kernels.cpu.common (`common.`), or (for ab_engine_decode)
-ninfer.kernels.cpu.attention (`attention.`), EXPR evaluated with those modules and
-MatmulTiles / QTiles in scope; an empty list is the code
+ninfer.kernels.cpu.attention (`attention.`) or ninfer.plan (`plan.`), EXPR evaluated with
+those modules and MatmulTiles / QTiles in scope; an empty list is the code
 as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized
 formats) as it was at git revision REV, fed the weight layout that revision's spec names
 (rows before the panels layout existed); ab_engine_decode takes `@REV` as both kernel
@@ -46,6 +46,10 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--bf16-activations", choices=["auto", "bf16", "f32"], default="auto",
                    help="bf16 weights: what they multiply, as --cpu-bf16-activations (auto: x "
                         "rounded to bf16 where this host has vdpbf16ps, as the plan does)")
+    p.add_argument("--gemv-streams", type=int, choices=[0, 1], default=None,
+                   help="gemv: 1 = one weight stream a thread (MatmulSpec.streams), 0 = the "
+                        "kernels' prefetched streams; default: this host's choice, as "
+                        "--cpu-gemv-streams auto makes it")
     p.add_argument("--variant", action="append", required=True)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
@@ -65,9 +69,11 @@ def _parse() -> argparse.Namespace:
 @contextlib.contextmanager
 def variant_applied(variant: str) -> Iterator[None]:
     """The kernel modules with a variant's `ATTR=EXPR; ...` assignments set, restored after."""
+    from ninfer import plan
     from ninfer.kernels.cpu import attention, common, matmul, qmatmul
 
     scope = {"common": common, "matmul": matmul, "qmatmul": qmatmul, "attention": attention,
+             "plan": plan,
              "MatmulTiles": matmul.MatmulTiles, "QTiles": qmatmul.QTiles}
     saved = []
     if variant.strip().startswith("@"):  # both kernel files as they were at that revision
@@ -188,8 +194,13 @@ def main() -> None:
               or (args.bf16_activations == "auto" and matmul.use_dpbf16()))
     shapes = ([tuple(int(v) for v in s.split(":")) for s in args.shapes.split(",")]
               if args.shapes else SHAPES)
+    streams = args.gemv_streams
+    if streams is None:
+        from ninfer.roofline import host_gemv_streams
+
+        streams = 1 if host_gemv_streams()[0] == 1 else 0
     specs = [matmul_spec(load_target("cpu"), k, n, False, args.schedule, args.format,
-                         x_bf16=x_bf16) for k, n in shapes]
+                         streams, x_bf16=x_bf16) for k, n in shapes]
     variants = {}  # name -> (executable, its specs)
     for v in args.variant:
         name, _, body = v.partition(":")

@@ -82,12 +82,15 @@ def main() -> None:
     ap.add_argument("--model", choices=("qwen3", "qwen35"), default="qwen3")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--build", type=Path, default=None,
+                    help="profile this build directory (e.g. an ab_engine_decode variant's) "
+                         "instead of compiling --format's")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         _worker(Path(args.worker), args.threads, args.steps)
         return
-    build = _build(args.model, args.format)
+    build = args.build or _build(args.model, args.format)
     env = {**os.environ, "NINFER_PROFILE": "1", "TVM_NUM_THREADS": str(args.threads)}
     # The profile counts every call of a process, the first touches of the weights
     # included: a run of the warm-up steps alone counts its calls, and the run with the
