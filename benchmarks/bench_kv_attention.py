@@ -27,6 +27,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--seqs", default="1,4", help="sequences per step (comma list)")
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--layout", choices=["heads", "rows"], default="heads",
+                    help="the pools' layout (kv_formats.KV_LAYOUTS; the CPU plan's: heads)")
     args = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
 
@@ -39,7 +41,8 @@ def main() -> None:
     seqs = [int(s) for s in args.seqs.split(",")]
     heads, kvh, d, bs = 16, 8, 128, 16
     per_seq = -(-args.context // bs)
-    base = AttentionSpec(heads, kvh, d, args.context, bs, max(seqs), max(seqs) * per_seq + 1)
+    base = AttentionSpec(heads, kvh, d, args.context, bs, max(seqs), max(seqs) * per_seq + 1,
+                         layout=args.layout)
     specs = {f: dataclasses.replace(base, kv_dtype=f,
                                     rotate=K.rotation_block(d) if f == "int4" else 0)
              for f in K.KV_DTYPES}
@@ -50,12 +53,14 @@ def main() -> None:
     v = rng.standard_normal((rows, kvh, d)).astype(np.float32)
     tables = np.arange(1, 1 + max(seqs) * per_seq, dtype=np.int32).reshape(max(seqs), per_seq)
     print(f"attention h{heads}/kv{kvh} x {d}, context {args.context}, threads "
-          f"{args.threads}; one decode row per sequence, best of {args.repeats}")
+          f"{args.threads}, {args.layout} pools; one decode row per sequence, best of "
+          f"{args.repeats}")
     print(f"{'seqs':>4} {'kv dtype':<8}{'ms':>9}{'GB/s':>8}{'vs f32':>8}")
     for n in seqs:
         base_ms = None
         for f, spec in specs.items():
-            parts = [*K.encode(f, k, rotate=spec.rotate > 0), *K.encode(f, v)]
+            parts = [K.pool_from_rows(p, args.layout, bs)
+                     for p in (*K.encode(f, k, rotate=spec.rotate > 0), *K.encode(f, v))]
             tensors = [tvm.runtime.tensor(np.ascontiguousarray(p)) for p in parts]
             q = tvm.runtime.tensor(rng.standard_normal((n, heads, d)).astype(np.float32))
             pos = tvm.runtime.tensor(np.full(n, args.context - 1, np.int32))

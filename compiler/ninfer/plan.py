@@ -49,6 +49,10 @@ class PlanError(ValueError):
     """The requested serve limits do not fit the model on the target."""
 
 
+# The KV pools' layout on the cpu target (kv_formats.KV_LAYOUTS; CUDA: "rows"): head-major
+# per block, so that a CPU attention thread walking one kv head reads a stream.
+CPU_KV_LAYOUT = "heads"
+
 MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head",
                 # hybrid models: the attention's output gate, the Gated DeltaNet projections
                 "q_gate", "gdn_qkv", "gdn_z", "gdn_ba", "gdn_out",
@@ -425,18 +429,20 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         return matmul_spec(target, k, n, b, schedule, weights.wdtype(role), gemv_streams,
                            x_bf16)
 
-    # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats)
+    # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats); the CPU kernels
+    # take the pools head-major per block (kv_formats.KV_LAYOUTS), the CUDA ones token-major
     rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0
+    layout, pool_bs = ("rows", 0) if target.is_cuda else (CPU_KV_LAYOUT, bs)
     kernels: dict[str, KernelSpec] = {
         "embed": EmbeddingSpec(v, h),
         "norm": RMSNormSpec(h, cfg.rms_norm_eps),
         "head_norm": RMSNormSpec(d, cfg.rms_norm_eps),
         "rope_q": RopeSpec(cfg.num_heads, d, limits.max_context, rotary % d),
         "rope_k": RopeSpec(cfg.num_kv_heads, d, limits.max_context, rotary % d),
-        "kv_store_k": KvStoreSpec(kv_dim, blocks * bs, kvd, d, rot),
-        "kv_store_v": KvStoreSpec(kv_dim, blocks * bs, kvd, d),
+        "kv_store_k": KvStoreSpec(kv_dim, blocks * bs, kvd, d, rot, layout, pool_bs),
+        "kv_store_v": KvStoreSpec(kv_dim, blocks * bs, kvd, d, 0, layout, pool_bs),
         "attention": AttentionSpec(cfg.num_heads, cfg.num_kv_heads, d, limits.max_context, bs,
-                                   conc, blocks, kvd, rot),
+                                   conc, blocks, kvd, rot, layout),
         "silu_mul": SiluMulSpec(inter),
         "add": AddSpec(h),
         "gather": EmbeddingSpec(chunk, h),  # rows whose logits are wanted

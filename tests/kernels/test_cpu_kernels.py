@@ -171,10 +171,29 @@ KV_FORMAT_STORES = [
 ] + [KvStoreSpec(width=256, pool_rows=40, kv_dtype="int4", head_dim=128, rotate=128)]
 
 
+# The CPU plan's "heads" pool layout (kv_formats.KV_LAYOUTS): decode, prefill and mixed
+# steps, and every KV format's mixed step.
+HEADS_ATTN_CASES = [
+    AttnCase(dataclasses.replace(c.spec, layout="heads"), c.segments)
+    for c in [ATTN_CASES[5], ATTN_CASES[6], ATTN_CASES[-3], ATTN_CASES[-1]]
+    + [c for c in KV_ATTN_CASES if c.spec.head_dim == 64]
+]
+HEADS_STORES = [
+    KvStoreSpec(width=128, pool_rows=48, kv_dtype=f, head_dim=32, layout="heads",
+                block_size=16, rotate=32 if f == "int4" else 0) for f in kv_formats.KV_DTYPES
+]
+
+
+def _rows_twin(spec: KvStoreSpec) -> KvStoreSpec:
+    return dataclasses.replace(spec, layout="rows", block_size=0)
+
+
 @pytest.fixture(scope="module")
 def kernels() -> tvm.runtime.Executable:
     specs = [case.spec for case in CASES] + [case.spec for case in ATTN_CASES + KV_ATTN_CASES]
-    return build_cpu_module(specs + KV_STORE_CASES + KV_FORMAT_STORES)
+    specs += [case.spec for case in HEADS_ATTN_CASES]
+    stores = KV_STORE_CASES + KV_FORMAT_STORES + HEADS_STORES
+    return build_cpu_module(specs + stores + [_rows_twin(s) for s in HEADS_STORES])
 
 
 def attention_inputs(case: AttnCase, rng: np.random.Generator) -> list[np.ndarray]:
@@ -322,6 +341,75 @@ def test_kv_store_encodes_like_the_reference(kernels: tvm.runtime.Executable,
     step = np.repeat(np.abs(want[1].astype(np.float64)), kv_formats.KV_GROUP, axis=-1)
     assert np.all(np.abs(dec_got - dec_want) <= step * 1.001 + 1e-12)
     assert np.mean(dec_got == dec_want) > 0.99
+
+
+@pytest.mark.parametrize("case", HEADS_ATTN_CASES, ids=lambda c: c.id)
+def test_attention_heads_layout_reads_the_same_keys(kernels: tvm.runtime.Executable,
+                                                    case: AttnCase) -> None:
+    """Over pools stored head-major per block (the CPU plan's layout), attention gives
+    bitwise the outputs of token-major pools holding the same keys and values (a wrong
+    index reads another key, or a NaN row no row may read), and meets the reference."""
+    spec = case.spec
+    rows_spec = dataclasses.replace(spec, layout="rows")
+    q, k, v, pos, seq, tables = attention_inputs(case, np.random.default_rng(
+        zlib.crc32(case.id.encode())))
+    if spec.kv_dtype == "f32":
+        kparts, vparts = [k], [v]
+    else:  # unread rows: any finite value encodes
+        kparts = kv_formats.encode(spec.kv_dtype, np.nan_to_num(k), rotate=spec.rotate > 0)
+        vparts = kv_formats.encode(spec.kv_dtype, np.nan_to_num(v))
+    outs = []
+    for s, layout in ((rows_spec, "rows"), (spec, "heads")):
+        stored = [kv_formats.pool_from_rows(np.ascontiguousarray(p), layout, spec.block_size)
+                  for p in (*kparts, *vparts)]
+        inputs = [q, *stored, pos, seq, tables]
+        out = tvm.runtime.tensor(np.full(q.shape, np.nan, np.float32))
+        kernels[s.name()](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs), out)
+        outs.append(out.numpy())
+    assert np.array_equal(outs[0], outs[1])
+    ref = reference(spec, q, *stored, pos, seq, tables)
+    err = np.linalg.norm(outs[1] - ref) / np.linalg.norm(ref)
+    assert err <= TOL, f"{case.id}: relative error {err:.3g} > {TOL:g}"
+
+
+@pytest.mark.parametrize("spec", HEADS_STORES, ids=lambda s: s.name())
+def test_kv_store_heads_layout(kernels: tvm.runtime.Executable, spec: KvStoreSpec) -> None:
+    """The store into a head-major pool writes the bytes the token-major store writes, at
+    the places kv_formats.pool_to_rows maps them to, and nothing else."""
+    rng = np.random.default_rng(spec.width + 1)
+    rows = np.array([3, spec.pool_rows - 1, 0, -1, spec.pool_rows, 17, 16], np.int32)
+    x = rng.standard_normal((len(rows), spec.width)).astype(np.float32)
+    parts = kv_formats.pool_parts(spec.kv_dtype, spec.pool_rows, spec.kv_heads, spec.head_dim)
+    pools = [rng.integers(0, 255, shape, np.uint8).view(dt) if np.dtype(dt).itemsize == 1
+             else rng.standard_normal(shape).astype(dt) for _, dt, shape in parts]
+    twin = _rows_twin(spec)
+    flat = [tvm.runtime.tensor(p.reshape(spec.pool_rows, -1) if twin.flat else p)
+            for p in pools]
+    kernels[twin.name()](tvm.runtime.tensor(x), tvm.runtime.tensor(rows), *flat)
+    heads = [tvm.runtime.tensor(kv_formats.pool_from_rows(p, "heads", spec.block_size))
+             for p in pools]
+    kernels[spec.name()](tvm.runtime.tensor(x), tvm.runtime.tensor(rows), *heads)
+    for f, h, p in zip(flat, heads, pools):
+        want = f.numpy().reshape(p.shape)
+        got = kv_formats.pool_to_rows(h.numpy(), "heads", spec.block_size)
+        assert not np.array_equal(want.view(np.uint8), p.view(np.uint8))  # rows written
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_pool_layout_round_trip() -> None:
+    a = np.arange(48 * 3 * 5, dtype=np.float32).reshape(48, 3, 5)
+    stored = kv_formats.pool_from_rows(a, "heads", 16)
+    # block 1, head 2: tokens 16..31 of head 2, one contiguous run
+    run = stored.reshape(-1)[(1 * 3 + 2) * 16 * 5:(1 * 3 + 3) * 16 * 5].reshape(16, 5)
+    assert np.array_equal(run, a[16:32, 2])
+    assert np.array_equal(kv_formats.pool_to_rows(stored, "heads", 16), a)
+    assert kv_formats.pool_from_rows(a, "rows", 0) is a
+    with pytest.raises(ValueError, match="block size"):
+        kv_formats.pool_to_rows(a, "heads", 0)
+    with pytest.raises(ValueError, match="layout"):
+        AttentionSpec(4, 2, 64, 64, 16, 2, 9, layout="cols")
+    with pytest.raises(ValueError, match="multiple of block_size"):
+        KvStoreSpec(width=64, pool_rows=40, head_dim=32, layout="heads", block_size=16)
 
 
 def _int_input(spec: KernelSpec, name: str, n: int, rng: np.random.Generator) -> np.ndarray:

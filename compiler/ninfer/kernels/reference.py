@@ -86,11 +86,16 @@ def add(spec: AddSpec, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def attention(spec: AttentionSpec, q: np.ndarray, *args: np.ndarray) -> np.ndarray:
-    """args: the k pool's parts, the v pool's parts, pos, seq, block_tables. Pools in a
-    KV format are decoded exactly (kv_formats.decode); rotated keys meet rotated queries."""
+    """args: the k pool's parts, the v pool's parts (in spec.layout), pos, seq,
+    block_tables. Pools in a KV format are decoded exactly (kv_formats.decode); rotated keys
+    meet rotated queries."""
     nparts = len(spec.pool_args("k_pool"))
-    k_pool = kv_formats.decode(spec.kv_dtype, list(args[:nparts]))
-    v_pool = kv_formats.decode(spec.kv_dtype, list(args[nparts:2 * nparts]))
+
+    def pool(parts: tuple[np.ndarray, ...]) -> np.ndarray:
+        rows = [kv_formats.pool_to_rows(p, spec.layout, spec.block_size) for p in parts]
+        return kv_formats.decode(spec.kv_dtype, rows)
+
+    k_pool, v_pool = pool(args[:nparts]), pool(args[nparts:2 * nparts])
     pos, seq, block_tables = args[2 * nparts:]
     if spec.rotate:
         q = kv_formats.hadamard(q, spec.rotate)

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from ninfer.quantize.kv_formats import KV_DTYPES, check_head_dim, pool_parts, rotation_block
+from ninfer.quantize.kv_formats import (
+    KV_DTYPES,
+    check_head_dim,
+    check_pool_layout,
+    pool_parts,
+    rotation_block,
+)
 from ninfer.quantize.weight_formats import WEIGHT_FORMATS, check_k, check_layout, part_layout
 
 from .spec_common import Arg, _float_token, _require_positive, _tensor
@@ -302,10 +308,14 @@ class AttentionSpec:
     kv_blocks: int  # blocks in each pool
     kv_dtype: str = "f32"
     rotate: int = 0  # Hadamard block of the stored keys (0: not rotated)
+    # how the pools' rows and heads are laid out (kv_formats.KV_LAYOUTS: "heads" on the
+    # CPU, "rows" on CUDA)
+    layout: str = "rows"
 
     def __post_init__(self) -> None:
         _require_positive(self, "heads", "kv_heads", "head_dim", "max_ctx", "block_size",
                           "max_seqs", "kv_blocks")
+        check_pool_layout(self.layout, self.block_size)
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"AttentionSpec: heads ({self.heads}) must be a multiple of "
@@ -324,8 +334,10 @@ class AttentionSpec:
 
     def name(self) -> str:
         rot = f"_rot{self.rotate}" if self.rotate else ""
+        hm = "_hm" if self.layout == "heads" else ""
         return (f"attention_h{self.heads}_kv{self.kv_heads}_d{self.head_dim}_c{self.max_ctx}"
-                f"_b{self.block_size}_s{self.max_seqs}_k{self.kv_blocks}_{self.kv_dtype}{rot}")
+                f"_b{self.block_size}_s{self.max_seqs}_k{self.kv_blocks}_{self.kv_dtype}{rot}"
+                f"{hm}")
 
     def pool_args(self, pool: str) -> list[Arg]:
         """The arrays of pool `pool` ("k_pool" or "v_pool"), in argument order."""
@@ -361,15 +373,27 @@ class KvStoreSpec:
     kv_dtype: str = "f32"
     head_dim: int = 0  # needed unless kv_dtype is f32
     rotate: int = 0
+    # the pool's layout (kv_formats.KV_LAYOUTS) and, for "heads", its block size
+    layout: str = "rows"
+    block_size: int = 0
 
     def __post_init__(self) -> None:
         _require_positive(self, "width", "pool_rows")
-        if self.kv_dtype != "f32" or self.rotate:
+        check_pool_layout(self.layout, self.block_size)
+        if self.kv_dtype != "f32" or self.rotate or self.layout != "rows":
             _require_positive(self, "head_dim")
             if self.width % self.head_dim:
                 raise ValueError(f"KvStoreSpec: width {self.width} is not a multiple of "
                                  f"head_dim {self.head_dim}")
+        if self.layout == "heads" and self.pool_rows % self.block_size:
+            raise ValueError(f"KvStoreSpec: pool_rows {self.pool_rows} is not a multiple of "
+                             f"block_size {self.block_size}")
         _check_kv(self, self.kv_dtype, self.head_dim, self.rotate)
+
+    @property
+    def flat(self) -> bool:
+        """An f32 pool of token-major rows, unrotated: stored as [pool_rows, width]."""
+        return self.kv_dtype == "f32" and not self.rotate and self.layout == "rows"
 
     @property
     def kv_heads(self) -> int:
@@ -377,15 +401,16 @@ class KvStoreSpec:
         return self.width // self.head_dim if self.head_dim else 1
 
     def name(self) -> str:
-        if self.kv_dtype == "f32" and not self.rotate:
+        if self.flat:
             return f"kv_store_w{self.width}_r{self.pool_rows}_f32"
         rot = f"_rot{self.rotate}" if self.rotate else ""
+        hm = f"_hm{self.block_size}" if self.layout == "heads" else ""
         return (f"kv_store_w{self.width}_r{self.pool_rows}_d{self.head_dim}_{self.kv_dtype}"
-                f"{rot}")
+                f"{rot}{hm}")
 
     def signature(self) -> list[Arg]:
         head = [_tensor("x", "float32", "n", self.width), _tensor("rows", "int32", "n")]
-        if self.kv_dtype == "f32" and not self.rotate:
+        if self.flat:
             return [*head, _tensor("out", "float32", self.pool_rows, self.width)]
         parts = pool_parts(self.kv_dtype, self.pool_rows, self.kv_heads, self.head_dim)
         return [*head, *(_tensor("out" + sfx, dt, *shape) for sfx, dt, shape in parts)]

@@ -106,6 +106,43 @@ def pool_parts(name: str, rows: int, kv_heads: int, head_dim: int
     return parts
 
 
+# How a pool's rows (tokens) and kv heads are laid out in its arrays, whose shape is
+# [rows, kv_heads, width] either way. "rows": token-major, one token's heads together (the
+# CUDA kernels). "heads": within each block of block_size tokens, head-major
+# ([blocks, kv_heads, block_size, width]): a kv head's keys of a block are one contiguous
+# run, which a CPU thread walking one head reads as a stream (token-major, a head's key
+# is a short run every kv_heads * width elements: the hardware prefetchers and the L1's
+# sets cope badly, RESULTS session 31).
+KV_LAYOUTS = ("rows", "heads")
+
+
+def check_pool_layout(layout: str, block_size: int) -> None:
+    if layout not in KV_LAYOUTS:
+        raise ValueError(f"KV pool layout {layout!r} is not one of {', '.join(KV_LAYOUTS)}")
+    if layout == "heads" and block_size <= 0:
+        raise ValueError("the heads KV pool layout needs the block size")
+
+
+def pool_to_rows(part: np.ndarray, layout: str, block_size: int) -> np.ndarray:
+    """A pool array [rows, kv_heads, width] as stored in `layout`, token-major."""
+    check_pool_layout(layout, block_size)
+    if layout == "rows":
+        return part
+    rows, heads, width = part.shape
+    blocks = part.reshape(rows // block_size, heads, block_size, width)
+    return blocks.transpose(0, 2, 1, 3).reshape(rows, heads, width)
+
+
+def pool_from_rows(part: np.ndarray, layout: str, block_size: int) -> np.ndarray:
+    """A token-major pool array [rows, kv_heads, width] as stored in `layout`."""
+    check_pool_layout(layout, block_size)
+    if layout == "rows":
+        return part
+    rows, heads, width = part.shape
+    blocks = part.reshape(rows // block_size, block_size, heads, width)
+    return np.ascontiguousarray(blocks.transpose(0, 2, 1, 3)).reshape(rows, heads, width)
+
+
 def pool_bytes_per_row(name: str, kv_heads: int, head_dim: int) -> int:
     """Bytes one token takes in one pool (keys or values of one layer)."""
     return sum(np.dtype(dt).itemsize * shape[1] * shape[2]

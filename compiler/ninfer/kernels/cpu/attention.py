@@ -16,8 +16,12 @@ the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
 1. scores s[r, j] = (q[r] * scale) . k[j]: head_dim / VW vector FMAs per query and key,
    then a horizontal sum (halving vector adds); keys past a row's causal limit get -1e30
    (exactly 0 after exp).
-   Meanwhile the values of this block and the keys of the next are prefetched, since
-   cache rows are kv_heads * head_dim floats apart and defeat the hardware prefetcher;
+   Meanwhile the values of this block and the keys of the next are prefetched. The pools
+   are best stored in the "heads" layout (spec.layout, kv_formats.KV_LAYOUTS), where a kv
+   head's keys of a block are one contiguous run; token-major rows put a head's keys
+   kv_heads * head_dim values apart, which the hardware prefetchers follow badly and
+   which all fall into a few L1 sets (a decode step's attention read ~20-30% slower from
+   memory, RESULTS session 31);
 2. online softmax: m' = max(m, max_j s), corr = exp(m - m'), p = exp(s - m'),
    l = l * corr + sum(p), acc *= corr;
 3. acc[r, :] += sum_j p[r, j] * v[j, :], a few head_dim vectors at a time held in
@@ -55,7 +59,7 @@ from .common import (
     prefetch,
     scratch,
 )
-from .kv import hadamard, line_elems, load, storage_width
+from .kv import hadamard, line_elems, load, pool_index, storage_width
 
 KEY_BLOCK = 32  # keys per online-softmax step (multiple of the lanes)
 MAX_SUBGROUP = 4  # query heads sharing one work item
@@ -119,9 +123,14 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
     scale = D**-0.5 * (spec.rotate**-0.5 if ROT else 1.0)
 
     def phys(bt, s, j):
-        """Pool row of key j of slot s."""
+        """Run of key j of slot s: (block, slot in the block), the block clamped into the
+        pool."""
         block = T.max(T.min(T.Cast("int64", bt[s, j // BS]), i64(NBLK - 1)), i64(0))
-        return block * BS + j % BS
+        return block, j % BS
+
+    def at(run, g):
+        """(row, head) indices of the pools' arrays for kv head g of a key's run."""
+        return pool_index(spec.layout, KVH, BS, run[0], run[1], g)
 
     @T.macro
     def attend(q, kc, ks, vc, vs, out, pos, seq, bt, i0, g, h0, M):
@@ -156,11 +165,13 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
         for jb in range((last + B) // B):
             # 1. scores of this key block
             for jj in range(B):
-                jc = T.bind(phys(bt, s, T.min(jb * B + jj, last)))
-                jn = T.bind(phys(bt, s, T.min(jb * B + jj + B, last)))
+                jc = T.bind(at(phys(bt, s, T.min(jb * B + jj, last)), g)[0])
+                gc = T.bind(at(phys(bt, s, T.min(jb * B + jj, last)), g)[1])
+                jn = T.bind(at(phys(bt, s, T.min(jb * B + jj + B, last)), g)[0])
+                gn = T.bind(at(phys(bt, s, T.min(jb * B + jj + B, last)), g)[1])
                 for line in T.unroll(LINES):  # values for step 3, keys of the next block
-                    T.evaluate(prefetch(vc, jc, g, line * LE))
-                    T.evaluate(prefetch(kc, jn, g, line * LE))
+                    T.evaluate(prefetch(vc, jc, gc, line * LE))
+                    T.evaluate(prefetch(kc, jn, gn, line * LE))
                 for r in T.unroll(R):
                     for v in T.vectorized(VW):
                         dot[r, v] = f32(0.0)
@@ -168,7 +179,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                     for r in T.unroll(R):
                         for v in T.vectorized(VW):
                             dot[r, v] = dot[r, v] + qs[r, dv * VW + v] * load(
-                                KVD, kc, ks, jc, g, dv, v, VW)
+                                KVD, kc, ks, jc, gc, dv, v, VW)
                 for r in T.unroll(R):
                     sc[r, jj] = T.Select(jb * B + jj <= first + r // S, hsum_vector(
                         dot[r, T.ramp(i64(0), 1, VW)], VW), f32(NEG))
@@ -196,13 +207,14 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                         for v in T.vectorized(VW):
                             pv[r, d * VW + v] = acc[r, (dc * DC + d) * VW + v] * corr[r]
                 for jj in range(B):
-                    jc = T.bind(phys(bt, s, T.min(jb * B + jj, last)))
+                    jc = T.bind(at(phys(bt, s, T.min(jb * B + jj, last)), g)[0])
+                    gc = T.bind(at(phys(bt, s, T.min(jb * B + jj, last)), g)[1])
                     for r in T.unroll(R):
                         for d in T.unroll(DC):
                             for v in T.vectorized(VW):
                                 pv[r, d * VW + v] = (
                                     pv[r, d * VW + v]
-                                    + sc[r, jj] * load(KVD, vc, vs, jc, g, dc * DC + d, v, VW)
+                                    + sc[r, jj] * load(KVD, vc, vs, jc, gc, dc * DC + d, v, VW)
                                 )
                 for r in T.unroll(R):
                     for d in T.unroll(DC):

@@ -34,7 +34,7 @@ def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
 
 def _kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
     """float32 pools: a row copy; other KV formats: kv."""
-    if spec.kv_dtype == "f32" and not spec.rotate:
+    if spec.flat:
         return elementwise.kv_store(spec)
     return kv.kv_store(spec)
 

@@ -50,6 +50,17 @@ def line_elems(kv_dtype: str) -> int:
     return 64 // np.dtype(kv_format(kv_dtype).storage).itemsize
 
 
+def pool_index(layout: str, kv_heads: int, block_size: int, block: tirx.PrimExpr,
+               slot: tirx.PrimExpr, head: tirx.PrimExpr) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
+    """(row, head) indices of the pool arrays' declared shape [rows, kv_heads, ...] that
+    hold head `head` of the token in slot `slot` of block `block`, in `layout`
+    (kv_formats.KV_LAYOUTS)."""
+    if layout == "rows":
+        return block * block_size + slot, head
+    run = (block * kv_heads + head) * block_size + slot  # the head's run of the block
+    return run // kv_heads, run % kv_heads
+
+
 def load(kv_dtype: str, data: tirx.Buffer, scales: tirx.Buffer, row: tirx.PrimExpr,
          head: tirx.PrimExpr, dv: tirx.PrimExpr, v: tirx.PrimExpr,
          lanes: int = VW) -> tirx.PrimExpr:
@@ -128,7 +139,7 @@ def hadamard(width: int, block: int) -> object:
 def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
     """Stores n new key or value rows in `spec.kv_dtype` (ninfer.quantize.kv_formats.encode)."""
     W, R, D, P = spec.width, spec.pool_rows, spec.head_dim, spec.rotate
-    KVH = spec.kv_heads
+    KVH, BS1, LAYOUT = spec.kv_heads, max(spec.block_size, 1), spec.layout
     fmt = kv_format(spec.kv_dtype)
     if D % VW:
         raise NotImplementedError(f"{spec.name()}: head_dim must be a multiple of {VW}")
@@ -142,7 +153,10 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
     ROT, SCALED, Q8 = P > 0, fmt.scaled, fmt.bits == 8
 
     @T.macro
-    def store_head(x, i, row, hd, out, sc):
+    def store_head(x, i, tok, hd, out, sc):
+        # token row `tok` of the pool, head hd, at (row, hd_) of the arrays' shape
+        row = T.bind(pool_index(LAYOUT, KVH, BS1, tok // BS1, tok % BS1, hd)[0])
+        hd_ = T.bind(pool_index(LAYOUT, KVH, BS1, tok // BS1, tok % BS1, hd)[1])
         t = scratch((1, D))
         for dv in range(DV):
             for v in T.vectorized(VW):
@@ -152,7 +166,7 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
         if not SCALED:
             for dv in range(DV):
                 for v in T.vectorized(VW):
-                    out[row, hd, dv * VW + v] = _encode_float(dtype, t[0, dv * VW + v])
+                    out[row, hd_, dv * VW + v] = _encode_float(dtype, t[0, dv * VW + v])
         else:
             vec = scratch((1, VW))
             for gi in range(NG):
@@ -162,20 +176,20 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
                     for v in T.vectorized(VW):
                         vec[0, v] = T.max(vec[0, v], T.abs(t[0, gi * KV_GROUP + k * VW + v]))
                 d16 = T.bind(T.Cast("float16", hmax(vec, 0) / f32(QMAX)))
-                sc[row, hd, gi] = d16
+                sc[row, hd_, gi] = d16
                 dd = T.bind(T.Cast(F32, d16))
                 inv = T.bind(T.Select(dd == f32(0.0), f32(0.0), f32(1.0) / dd))
                 if Q8:
                     for k in range(GV):
                         for v in T.vectorized(VW):
-                            out[row, hd, gi * KV_GROUP + k * VW + v] = T.Cast("int8", T.Cast(
+                            out[row, hd_, gi * KV_GROUP + k * VW + v] = T.Cast("int8", T.Cast(
                                 "int32", T.max(T.min(T.nearbyint(
                                     t[0, gi * KV_GROUP + k * VW + v] * inv), f32(QMAX)),
                                     f32(-QMAX))))
                 else:
                     for k in range(GV // 2):
                         for v in T.vectorized(VW):
-                            out[row, hd, gi * (KV_GROUP // 2) + k * VW + v] = T.Cast(
+                            out[row, hd_, gi * (KV_GROUP // 2) + k * VW + v] = T.Cast(
                                 "uint8",
                                 _nibble(t[0, gi * KV_GROUP + k * VW + v] * inv, QMAX)
                                 | (_nibble(t[0, gi * KV_GROUP + KV_GROUP // 2 + k * VW + v]

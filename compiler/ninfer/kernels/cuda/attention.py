@@ -197,6 +197,10 @@ def render_source(specs: Iterable[KernelSpec], params: CudaParams) -> str:
             raise NotImplementedError(
                 f"{s.name()}: the CUDA KV-cache kernels read and write "
                 f"{', '.join(CUDA_KV_FORMATS)} pools only (the other KV formats run on the CPU)")
+        if isinstance(s, (AttentionSpec, KvStoreSpec)) and s.layout != "rows":
+            raise NotImplementedError(
+                f"{s.name()}: the CUDA KV-cache kernels take token-major pools (layout "
+                f"'rows'), not {s.layout!r}")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True)
