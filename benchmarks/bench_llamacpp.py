@@ -26,9 +26,13 @@ figure is printed with the fraction of the read bandwidth it reaches: bytes read
 (the weights, plus what a step reads besides them in both engines alike: the KV cache at
 the timed steps' mean context and a hybrid's recurrent state, read and written; see
 `state_bytes_per_token`) x tokens/s / bandwidth, against the best probe of the whole run
-("of bw") and, as the median over rounds, against the better of the two probes taken
-right before and after each run ("loc": this VM's bandwidth moves by a third over
-minutes, and a run is set against the bandwidth of its own minutes). Each prefill figure
+("of bw") and, as the median over rounds, against the bandwidth of the best window's own
+seconds ("loc"): inside each run a short probe (huge pages, every pattern once, over
+roofline.probe_bytes(0)) is taken before the first window and after every window, and the
+best window is set against the better of the two beside it. This VM's bandwidth moves
+between two levels in spells of seconds to minutes (RESULTS, sessions 12-31); probes
+before and after a whole run (~10 s) often caught a spell the timed window did not, or
+the other way round (fractions of 49-102% in one table, session 31). Each prefill figure
 is printed with the fraction of the FMA peak (2 x parameters read x tokens/s / peak).
 
 `--model qwen35`: the ~0.5B Qwen3.5 hybrid of ninfer.bench.checkpoints (18 Gated DeltaNet
@@ -76,6 +80,7 @@ class Rates:
     bytes_per_token: float  # weight bytes one decode step reads
     note: str = ""
     eval_decode: float = 0.0  # llama.cpp only: the same decode through Llama.eval
+    window_gbps: float = 0.0  # read bandwidth probed beside the best decode window (_measure)
 
 
 # ------------------------------------------------------------------ setup
@@ -175,33 +180,57 @@ def export_all(ckpt: Path, qtypes: list[str], hybrid: bool = False,
 # ------------------------------------------------------------------ timing (worker processes)
 
 
+def window_probe(threads: int) -> Callable[[], float]:
+    """A short read probe for between decode windows: GB/s of the best read pattern
+    (ninfer.roofline, huge pages, each pattern once) over roofline.probe_bytes(0) (four
+    times the last-level cache, at least 256 MB; ~0.5 s here)."""
+    from ninfer.roofline import probe_bytes, read_patterns
+
+    nbytes = probe_bytes(0)
+
+    def probe() -> float:
+        time.sleep(0.02)  # the engines' idle threads spin a little after a step; let them park
+        return max(read_patterns(nbytes, threads, 1, huge=True).values())
+
+    return probe
+
+
 def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], None],
-             n_dec: int, repeats: int, prefill: bool = True) -> tuple[float, float]:
-    """(decode tok/s, prefill tok/s), best of `repeats`; forward(ids, pos).
+             n_dec: int, repeats: int, prefill: bool = True,
+             probe: Callable[[], float] | None = None) -> tuple[float, float, float]:
+    """(decode tok/s, prefill tok/s, the decode's local read GB/s), best of `repeats`;
+    forward(ids, pos).
 
     Decode is timed in windows of DECODE_WINDOW steps and the best window counts: on a
     machine shared with other work, one descheduled thread stalls every step it takes
     part in (llama.cpp's OpenMP barriers most), and a shorter window is likelier to fall
-    between such bursts. On a quiet machine the windows agree with the whole run.
+    between such bursts. On a quiet machine the windows agree with the whole run. With a
+    `probe`, it runs before each repeat's first window and after every window (outside the
+    timing), and the best window's local bandwidth is the better of the two beside it.
     """
     reset()
     forward(PROMPT[:32], 0)  # warm up
-    dec = pre = 0.0
+    dec = pre = dec_bw = 0.0
     for _ in range(repeats):
         reset()
         forward(PROMPT[:DECODE_CONTEXT], 0)
+        before = probe() if probe else 0.0
         for w in range(0, n_dec, DECODE_WINDOW):
             steps = min(DECODE_WINDOW, n_dec - w)
             t0 = time.perf_counter()
             for i in range(w, w + steps):
                 forward([7], DECODE_CONTEXT + i)
-            dec = max(dec, steps / (time.perf_counter() - t0))
+            rate = steps / (time.perf_counter() - t0)
+            after = probe() if probe else 0.0
+            if rate > dec:
+                dec, dec_bw = rate, max(before, after)
+            before = after
     for _ in range(repeats if prefill else 0):
         reset()
         t0 = time.perf_counter()
         forward(PROMPT, 0)
         pre = max(pre, len(PROMPT) / (time.perf_counter() - t0))
-    return dec, pre
+    return dec, pre, dec_bw
 
 
 def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> Rates:
@@ -229,7 +258,7 @@ def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> R
     def clear() -> None:
         lc.llama_memory_clear(memory, True)
 
-    dec, pre = _measure(decode, clear, n_dec, repeats)
+    dec, pre, dec_bw = _measure(decode, clear, n_dec, repeats, probe=window_probe(threads))
 
     def through_eval(ids: list[int], pos: int) -> None:
         assert pos == llm.n_tokens
@@ -239,8 +268,9 @@ def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> R
         llm.reset()
         clear()
 
-    eval_dec, _ = _measure(through_eval, reset, n_dec, repeats, prefill=False)
-    return Rates(dec, pre, weight_bytes_per_token(gguf_path), eval_decode=eval_dec)
+    eval_dec, _, _ = _measure(through_eval, reset, n_dec, repeats, prefill=False)
+    return Rates(dec, pre, weight_bytes_per_token(gguf_path), eval_decode=eval_dec,
+                 window_gbps=dec_bw)
 
 
 def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -> Rates:
@@ -259,14 +289,15 @@ def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -
                                           kv_dtype="f16"))
     engine = load_engine(out, threads=threads)
     # engine.forward(ids, pos) overwrites the KV cache from pos on: nothing to reset
-    dec, pre = _measure(engine.forward, lambda: None, n_dec, repeats)
+    dec, pre, dec_bw = _measure(engine.forward, lambda: None, n_dec, repeats,
+                                probe=window_probe(threads))
     plan = result.report.plan.to_json()
     cfg = json.loads((ckpt / "config.json").read_text())
     embed = 0.0
     if not cfg.get("tie_word_embeddings"):
         embed = cfg["vocab_size"] * cfg["hidden_size"] * _bytes_per_weight(
             plan["weights"].get("embed", "f32"))
-    return Rates(dec, pre, plan["memory"]["weights_bytes"] - embed)
+    return Rates(dec, pre, plan["memory"]["weights_bytes"] - embed, window_gbps=dec_bw)
 
 
 def _bytes_per_weight(fmt: str) -> float:
@@ -446,15 +477,17 @@ def main() -> None:
                   f"({cost:+.0f} us per token against llama_decode)")
     print("ratios: ninfer / llama.cpp; of bw: bytes read per token x tokens/s / the best "
           "read bandwidth of the run; loc: the median over rounds of the same against the "
-          "better of the two probes taken right before and after that run; of pk: 2 x "
-          "parameters read x tokens/s / FMA peak")
+          "better of the two short probes taken right before and after the best decode "
+          "window; of pk: 2 x parameters read x tokens/s / FMA peak")
 
 
 def _local_fraction(runs: list[Rates], local_bw: list[float], state: float) -> float:
     """The median over runs of (GB/s read: weights and `state` bytes a token) / (the read
-    bandwidth probed beside the run), failed runs left out."""
-    fracs = [(r.bytes_per_token + state) * r.decode / 1e9 / b
-             for r, b in zip(runs, local_bw, strict=True) if not r.note and b > 0]
+    bandwidth probed beside the best decode window; without window probes, beside the
+    run), failed runs left out."""
+    fracs = [(r.bytes_per_token + state) * r.decode / 1e9 / (r.window_gbps or b)
+             for r, b in zip(runs, local_bw, strict=True)
+             if not r.note and (r.window_gbps or b) > 0]
     return statistics.median(fracs) if fracs else 0.0
 
 

@@ -384,6 +384,38 @@ def test_bench_counts_kv_and_recurrent_state_bytes_of_a_decode_step():
     assert state_bytes_per_token(hybrid, 100) == kv + 3 * 2 * state
 
 
+def test_bench_sets_the_best_decode_window_against_the_probes_beside_it(monkeypatch):
+    """bench_llamacpp's "loc": the best decode window's rate over the better of the two
+    read probes taken right before and after it (not the probes around the whole run),
+    with the clock injected: window w of a repeat takes `costs[w]` seconds."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_llamacpp as bench
+
+    now = [0.0]
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: now[0])
+    window_cost = {0: 1.0, 1: 0.5, 2: 2.0, 3: 1.0}  # the second window is the fastest
+
+    def forward(ids: list[int], pos: int) -> None:
+        if len(ids) == 1:  # a decode step: its window's share of the window's cost
+            w = (pos - bench.DECODE_CONTEXT) // bench.DECODE_WINDOW
+            now[0] += window_cost[w] / bench.DECODE_WINDOW
+        else:
+            now[0] += 0.25
+
+    probes = iter([30.0, 31.0, 20.0, 33.0, 34.0])  # before window 0, then after each
+    dec, pre, bw = bench._measure(forward, lambda: None, 4 * bench.DECODE_WINDOW, 1,
+                                  probe=lambda: next(probes))
+    assert dec == bench.DECODE_WINDOW / 0.5 and pre == len(bench.PROMPT) / 0.25
+    assert bw == 31.0  # window 1: probes 31 before it, 20 after it
+    run = bench.Rates(dec, pre, 1e9, window_gbps=bw)
+    assert bench._local_fraction([run], [99.0], 0.0) == dec / 31.0
+    # without window probes the run's own neighbours count
+    assert bench._local_fraction([bench.Rates(dec, pre, 1e9)], [40.0], 0.0) == dec / 40.0
+
+
 def test_ab_variant_sets_kernel_attributes_and_restores_them():
     """The A/B benchmarks' variants (ab_cpu_matmul, ab_engine_decode): the kernel modules'
     attributes hold the variant's values while it is applied and their own after, also when
