@@ -37,10 +37,11 @@ SHAPES = {
     "f16": [(200, 37), (2100, 74)],
     "bf16": [(200, 37), (2100, 74)],
     "bf16+x": [(201, 37), (2101, 74)],  # odd k: a last k step without its pair
-    # 3 groups (a two-group step and a one-group step); 67 groups = 2 full blocks + 3 groups
-    "q8g32": [(96, 37), (2144, 74)],
-    "q4g64": [(192, 37), (2240, 74)],  # 3 groups; 35 groups
-    "q4g128": [(384, 37), (2176, 74)],  # 3 groups; 17 groups
+    # 3 groups (a two-group step and a one-group step); 67 groups = 2 full blocks + 3 groups;
+    # then k of whole k blocks (the model's shapes: no partial block)
+    "q8g32": [(96, 37), (2144, 74), (2048, 19)],
+    "q4g64": [(192, 37), (2240, 74), (1024, 19)],  # 3 groups; 35 groups
+    "q4g128": [(384, 37), (2176, 74), (2048, 19)],  # 3 groups; 17 groups
 }
 ROWS = [1, 3, 7, 33]
 

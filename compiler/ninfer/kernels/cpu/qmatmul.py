@@ -18,20 +18,27 @@ instruction:
    exact integer dot is an int32x16 whose lanes sum to it, lane l holding the products of
    weight bytes 4l..4l+3 (lanes 0-7: the first group of a two-group step). With
    AVX-512 VNNI, vpdpbusd (u8 x s8, sums of 4 into int32 lanes) on zmm:
-   - q4: vpdpbusd(vpdpbusd(c, b & 15, x_even), b >> 4, x_odd), where the nibbles are
-     q + 8 and the lanes' correction c = -8 * (sums of their x) is made with x;
+   - q4: vpdpbusd(vpdpbusd(0, b & 15, x_even), b >> 4, x_odd), where the nibbles are
+     q + 8, so that the lanes hold dot + 8 * (sums of their x). The offset is taken back
+     per group: c_g = -8 * (the sum of the group's x), made with x, enters the k block's
+     accumulator as d_g dx_g c_g (step 3). (Per-lane corrections loaded as the dots' start
+     cost a fourth vector load a step: the q4g64 engine decoded 5-8% slower, RESULTS
+     session 31.)
    - q8: vpdpbusd(c, q ^ 0x80, x): q ^ 0x80 = q + 128 as an unsigned byte, and
-     c = -128 * (sums of 4 x) per lane.
+     c = -128 * (sums of 4 x) per lane, made with x. (The per-group scheme of q4 made the
+     q8g32 engine decode 12-14% slower, unexplained, RESULTS session 31.)
    Elsewhere the same lanes come from two 256-bit halves (vpdpbusd on ymm where the host
    has AVX-VNNI, else vpmaddubsw + vpmaddwd; q8: vpmaddubsw(|x|, vpsignb(q, x)), at most
    2 * 127 * 128 per int16: no saturation). Every path computes the same exact integers,
    so the same bits on any x86-64 host with AVX2. A last step of one group (an odd number
    of groups) has zero upper lanes.
 3. Per k block of K_BLOCK: acc (16 float lanes) starts at 0; per step,
-   acc += float(dot) * s, s the lanes' d * dx (float32(d) * dx, made 8 groups per
-   vcvtph2ps + vmulps into sg; a two-group step's pair of them becomes 16 lanes by one
-   8-byte load and a vpermps); the lanes of acc are added into out (halving vector adds),
-   block after block.
+   acc += float(dot) * s, s the lanes' d * dx
+   (float32(d) * dx, made 8 groups per vcvtph2ps + vmulps into sg; a two-group step's
+   pair of them becomes 16 lanes by one 8-byte load and a vpermps); the lanes of acc (q4:
+   plus the block's corrections, lane l of vector t holding d_g dx_g c_g of group
+   g = 16 t + l, 16 groups a vector, added vector by vector) are added into out (halving
+   vector adds), block after block.
 
 Schedules. gemv: one task per (NR weight rows N/NR apart, up to GEMV_ROWS x rows), row
 tiles innermost, so that a thread's contiguous range of tasks reads NR long streams of w
@@ -190,7 +197,6 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     UPS = max(1, G // KU)  # weight vectors per step
     NSF = NG // GPS  # full steps per row
     TAIL = NG % GPS  # 1: a last step of one group
-    NS = NSF + TAIL
     SPB = GB // GPS  # steps per full k block
     NKBF = NSF // SPB  # full k blocks
     REM = NSF % SPB  # full steps of the last, partial k block (with the tail step)
@@ -202,9 +208,9 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
 
     vnni = use_vnni()
     zmm = vnni and use_zmm()
-    CORR = Q4 or vnni  # the dots start from per-lane corrections made with x
     ABSX = not Q4 and not vnni  # q8 without VNNI: vpsignb path, |x| kept
     zero8 = tirx.Broadcast(tirx.const(0, "int32"), LANES)
+    zero16 = tirx.Broadcast(tirx.const(0, "int32"), ZL)
     zero8f = tirx.Broadcast(f32(0.0), LANES)
     ones_u8 = tirx.Broadcast(tirx.const(1, "uint8"), BYTES)
 
@@ -232,29 +238,29 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             return (s * UPS + u) * UNIT + h * BYTES, base + h * BYTES, base + 64 + h * BYTES
         return s * UNIT + h * BYTES, s * UNIT + h * BYTES, 0
 
-    def half_dot(q, xq, xa, xcor, i, j, s, u, h, tail, cor):
-        """int32x8: lanes 8h..8h+7 of vector u of step s (cor: start from the corrections)."""
+    def half_dot(q, xq, xa, xcor, i, j, s, u, h, tail):
+        """int32x8: lanes 8h..8h+7 of vector u of step s (q4: with the nibbles' offset)."""
         wo, xe, xo = x_offsets(s, u, h, tail)
         wb = q[j, _vec(wo, BYTES)]
-        start = xcor[i, _vec(s * ZL + h * LANES, LANES)] if cor else zero8
         if Q4:
             lo, hi = nibbles(wb, BYTES)
             if vnni:
-                return _dpbusd(_dpbusd(start, lo, xq[i, _vec(xe, BYTES)]), hi,
+                return _dpbusd(_dpbusd(zero8, lo, xq[i, _vec(xe, BYTES)]), hi,
                                xq[i, _vec(xo, BYTES)])
-            p = _maddwd(_maddubs(lo, xq[i, _vec(xe, BYTES)])
-                        + _maddubs(hi, xq[i, _vec(xo, BYTES)]))
-            return p + start if cor else p
-        if vnni:
+            return _maddwd(_maddubs(lo, xq[i, _vec(xe, BYTES)])
+                           + _maddubs(hi, xq[i, _vec(xo, BYTES)]))
+        if vnni:  # from the lanes' corrections
+            start = xcor[i, _vec(s * ZL + (0 if tail else h * LANES), LANES)]
             return _dpbusd(start, flip(wb, BYTES), xq[i, _vec(xe, BYTES)])
         return _maddwd(_maddubs(xa[i, _vec(xe, BYTES)], _psignb(wb, xq[i, _vec(xe, BYTES)])))
 
     def step_dot(q, xq, xa, xcor, i, j, s, tail):
-        """int32x16 whose lanes sum to the exact integer dot of step s (row i, column j)."""
+        """int32x16 whose lanes sum to the exact integer dot of step s (row i, column j);
+        q4: plus 8 times the sum of its x (taken back per group)."""
         if tail:
-            return _concat(half_dot(q, xq, xa, xcor, i, j, s, 0, 0, True, CORR), zero8)
-        if zmm:
-            acc = xcor[i, _vec(s * ZL, ZL)]  # zmm implies VNNI: CORR
+            return _concat(half_dot(q, xq, xa, xcor, i, j, s, 0, 0, True), zero8)
+        if zmm:  # (zmm implies VNNI)
+            acc = zero16 if Q4 else xcor[i, _vec(s * ZL, ZL)]
             for u in range(UPS):
                 if Q4:
                     base = (s * UPS + u) * 128
@@ -267,8 +273,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             return acc
         acc = None
         for u in range(UPS):
-            v = _concat(*(half_dot(q, xq, xa, xcor, i, j, s, u, h, False, CORR and u == 0)
-                          for h in range(2)))
+            v = _concat(*(half_dot(q, xq, xa, xcor, i, j, s, u, h, False) for h in range(2)))
             acc = v if acc is None else acc + v
         return acc
 
@@ -281,6 +286,16 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         # one 8-byte load and one vpermps
         pair = sg[r, c, _vec(s * 2, 2)]
         return tirx.Shuffle([pair] * LANES, [tirx.IntImm("int32", v // LANES) for v in range(ZL)])
+
+    def group_sums(xq, i, g):
+        """int32x8 whose lanes sum to the sum of q4 group g's rounded x (in xq's order)."""
+        if G == 64:  # half of a 128 chunk: its evens, then its odds
+            base = g // 2 * 128 + g % 2 * BYTES
+            return sum4(xq[i, _vec(base, BYTES)]) + sum4(xq[i, _vec(base + 64, BYTES)])
+        total = sum4(xq[i, _vec(g * G, BYTES)])
+        for t in range(1, G // BYTES):
+            total = total + sum4(xq[i, _vec(g * G + t * BYTES, BYTES)])
+        return total
 
     evens = [tirx.IntImm("int32", 2 * v) for v in range(LANES)]
     odds = [tirx.IntImm("int32", 2 * v + 1) for v in range(LANES)]
@@ -326,31 +341,29 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                 for t in range(K // LANES):
                     for v in T.vectorized(LANES):
                         xa[i, t * LANES + v] = T.Cast("int8", T.abs(xq[i, t * LANES + v]))
-        # per step: the lanes' corrections
-        if CORR:
+        if Q4:
+            # per group: the correction c_g of the nibbles' offset (step 2), an exact integer
+            # as float32; ZL zeros after the last (a k block's last vector of them may run
+            # past NG)
+            for v in T.vectorized(ZL):
+                xcor[i, NG + v] = f32(0.0)
+            for g in range(NG - TAIL):
+                xcor[i, g] = f32(-8.0) * hsum_vector(
+                    T.Cast("float32x8", group_sums(xq, i, g)), LANES)
+            if TAIL > 0:  # the last 64 of k: evens, then odds
+                xcor[i, NG - 1] = f32(-8.0) * hsum_vector(T.Cast(
+                    "float32x8", sum4(xq[i, _vec(K - 64, BYTES)]) + sum4(xq[i, _vec(
+                        K - BYTES, BYTES)])), LANES)
+        elif vnni:
+            # q8, per step: the lanes' corrections of q + 128
             for s in range(NSF):
                 for h in range(2):
-                    for v in T.vectorized(LANES):
-                        xcor[i, s * ZL + h * LANES + v] = 0
-                    for u in range(UPS):
-                        if Q4:
-                            xcor[i, _vec(s * ZL + h * LANES, LANES)] = xcor[
-                                i, _vec(s * ZL + h * LANES, LANES)] - tirx.shift_left(
-                                sum4(xq[i, _vec((s * UPS + u) * 128 + h * BYTES, BYTES)])
-                                + sum4(xq[i, _vec((s * UPS + u) * 128 + 64 + h * BYTES, BYTES)]),
-                                _bcast(tirx.const(3, "int32"), LANES))
-                        else:
-                            xcor[i, _vec(s * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
-                                sum4(xq[i, _vec(s * UNIT + h * BYTES, BYTES)]),
-                                _bcast(tirx.const(7, "int32"), LANES))
+                    xcor[i, _vec(s * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
+                        sum4(xq[i, _vec(s * UNIT + h * BYTES, BYTES)]),
+                        _bcast(tirx.const(7, "int32"), LANES))
             if TAIL > 0:
-                if Q4:
-                    xcor[i, _vec(NSF * ZL, LANES)] = zero8 - tirx.shift_left(
-                        sum4(xq[i, _vec(K - 64, BYTES)]) + sum4(xq[i, _vec(K - BYTES, BYTES)]),
-                        _bcast(tirx.const(3, "int32"), LANES))
-                else:
-                    xcor[i, _vec(NSF * ZL, LANES)] = zero8 - tirx.shift_left(
-                        sum4(xq[i, _vec(K - BYTES, BYTES)]), _bcast(tirx.const(7, "int32"), LANES))
+                xcor[i, _vec(NSF * ZL, LANES)] = zero8 - tirx.shift_left(
+                    sum4(xq[i, _vec(K - BYTES, BYTES)]), _bcast(tirx.const(7, "int32"), LANES))
                 for v in T.vectorized(LANES):
                     xcor[i, NSF * ZL + LANES + v] = 0
 
@@ -398,6 +411,21 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     step_gemv, tail_gemv = step_macro(False, True), step_macro(True, True)
     step_gemm, tail_gemm = step_macro(False, False), step_macro(True, False)
 
+    lane16 = tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), ZL)
+    zero16f = tirx.Broadcast(f32(0.0), ZL)
+
+    def block_corrections(xcor, sg, i, r, c, g0, gn):
+        """float32x16: the groups g0 .. g0+gn-1's d_g dx_g c_g, ZL groups a vector, added
+        vector by vector (lanes past the block's last group: 0)."""
+        total = zero16f  # gn == 0: a k block the schedule generates but never runs
+        for t in range(-(-gn // ZL)):
+            v = sg[r, c, _vec(g0 + t * ZL, ZL)] * xcor[i, _vec(g0 + t * ZL, ZL)]
+            if gn - t * ZL < ZL:
+                v = tirx.Select(lane16 < tirx.Broadcast(tirx.const(gn - t * ZL, "int32"), ZL),
+                                v, zero16f)
+            total = v if t == 0 else total + v
+        return total
+
     def micro_macro(gemv: bool):
         step, tail_step = (step_gemv, tail_gemv) if gemv else (step_gemm, tail_gemm)
         PF = PREFETCH_BYTES if gemv and spec.streams != 1 else 0
@@ -424,8 +452,13 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                 tail_step(q, xq, xa, xcor, acc, sg, i0, j0, s0, sn, R, C)
             for r in T.unroll(R):
                 for c in T.unroll(C):
-                    out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum_vector(
-                        acc[r, c, _vec(i64(0), ZL)], ZL)
+                    if Q4:  # with the block's corrections
+                        out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum_vector(
+                            acc[r, c, _vec(i64(0), ZL)] + block_corrections(
+                                xcor, sg, i0 + r, r, c, s0 * GPS, sn * GPS + tail), ZL)
+                    else:
+                        out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum_vector(
+                            acc[r, c, _vec(i64(0), ZL)], ZL)
         return micro
 
     micro_gemv, micro_gemm = micro_macro(True), micro_macro(False)
@@ -470,7 +503,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             jb = T.bind(t // tiles)
             i = T.bind(t % tiles * GEMV_ROWS)
             acc = scratch((GEMV_ROWS, NR, ZL))
-            sg = scratch((GEMV_ROWS, NR, NG))
+            sg = scratch((GEMV_ROWS, NR, NG + ZL))
             left = T.bind(n - i)
             if left >= GEMV_ROWS:
                 gemv_rows(q, sc, xq, xa, xcor, xs, bias, out, acc, sg, i, jb, GEMV_ROWS)
@@ -498,7 +531,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     def gemm_body(q, sc, xq, xa, xcor, xs, bias, out, n):
         for p in T.parallel(NP):
             acc = scratch((MR, NR, ZL))
-            sg = scratch((MR, NR, NG))
+            sg = scratch((MR, NR, NG + ZL))
             jb_end = T.bind(T.min(p * G_PANEL + G_PANEL, NJB))
             init(bias, out, n, 0, p * G_PANEL * NR, jb_end * NR)
             for kb in range(NKBF + (1 if REM + TAIL > 0 else 0)):
@@ -516,7 +549,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     def column_tail(q, sc, xq, xa, xcor, xs, bias, out, n):
         for jt in T.parallel(N - N0):
             acc = scratch((MR, 1, ZL))
-            sg = scratch((MR, 1, NG))
+            sg = scratch((MR, 1, NG + ZL))
             init(bias, out, n, 0, N0 + jt, N0 + jt + 1)
             for kb in range(NKBF):
                 block(q, sc, xq, xa, xcor, xs, out, acc, sg, n, 0, N0 + jt, kb * SPB, SPB,
@@ -529,7 +562,9 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     def body(x, q, sc, bias, out, n):
         xq = irb.alloc_buffer((n, i64(K)), "int8")
         xa = irb.alloc_buffer((n, i64(K if ABSX else 1)), "int8")
-        xcor = irb.alloc_buffer((n, i64(NS * ZL if CORR else 1)), "int32")
+        # q4: the groups' corrections (+ ZL zeros); q8 with VNNI: the steps' lanes'
+        xcor = (irb.alloc_buffer((n, i64(NG + ZL)), F32) if Q4 else
+                irb.alloc_buffer((n, i64((NSF + TAIL) * ZL if vnni else 1)), "int32"))
         xs = irb.alloc_buffer((n, i64(NG)), F32)
         quantize_x(x, xq, xa, xcor, xs, n)
         if MR == 1:
