@@ -296,6 +296,8 @@ class AttentionSpec:
     The pools are stored in `kv_dtype` (ninfer.quantize.kv_formats: its parts, e.g. int8 values and
     float16 scales, follow each pool in the signature). With `rotate` = P > 0 the keys are
     stored Hadamard-rotated in blocks of P and the kernel rotates the queries likewise.
+    `layout` says where a pool row's heads are (kv_formats.KV_LAYOUTS: token-major "rows",
+    or "heads", head-major within each block; the arrays' shape is the same).
     """
 
     family: ClassVar[str] = "attention"
@@ -365,6 +367,8 @@ class KvStoreSpec:
     in another `kv_dtype` than f32 is [pool_rows, kv_heads, ...] (ninfer.quantize.kv_formats, with
     head_dim given) and quantized formats also write `out_scales`; `rotate` = P > 0
     Hadamard-rotates each head vector in blocks of P before storing it (int4 keys).
+    `layout` "heads" (with `block_size`) stores each block head-major, as AttentionSpec's
+    layout reads it; an f32 pool is then [pool_rows, kv_heads, head_dim] too.
     """
 
     family: ClassVar[str] = "kv_store"

@@ -1,7 +1,8 @@
 """CPU causal attention over a paged KV cache, one pass with online softmax.
 
 Rows may come from several sequences (AttentionSpec): row i attends keys 0..pos[i] of
-slot seq[i], key j at pool row block_tables[seq[i], j // BS] * BS + j % BS.
+slot seq[i], key j at pool row block_tables[seq[i], j // BS] * BS + j % BS (its heads
+where spec.layout puts them: kv.pool_index).
 
 A work item is R query vectors that read the same kv head g: S of g's query heads (S is
 the largest divisor of the GQA group up to 4) for M rows. Rows are taken MQ = 16 / S at
