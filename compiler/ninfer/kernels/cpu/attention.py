@@ -21,8 +21,8 @@ the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
    are best stored in the "heads" layout (spec.layout, kv_formats.KV_LAYOUTS), where a kv
    head's keys of a block are one contiguous run; token-major rows put a head's keys
    kv_heads * head_dim values apart, which the hardware prefetchers follow badly and
-   which all fall into a few L1 sets (a decode step's attention read ~20-30% slower from
-   memory, RESULTS session 31);
+   which all fall into a few L1 sets (a decode step's attention from memory took ~1.5x as
+   long, RESULTS session 31);
 2. online softmax: m' = max(m, max_j s), corr = exp(m - m'), p = exp(s - m'),
    l = l * corr + sum(p), acc *= corr;
 3. acc[r, :] += sum_j p[r, j] * v[j, :], a few head_dim vectors at a time held in
