@@ -49,7 +49,10 @@ hardware prefetchers alone lose time at every row start), and the scale rows
 SCALE_PF_TILES column tiles ahead; the rows' sg are made first, for all of k. With
 spec.streams == 1 a task is one weight row (one stream a thread) and the weights are left
 to the hardware prefetchers (the read pattern of hosts where that reads faster, chosen at
-compile time by ninfer.roofline.host_gemv_streams). gemm:
+compile time by ninfer.roofline.host_gemv_streams), except that a q8 task prefetches the
+first line of each k block of its row before the block's loads: LLVM may schedule a row's
+second line first, and the Zen 4 VM's prefetcher then lost the stream (q8g32 decode +3-5%
+with the prefetch, q4 no change; RESULTS session 31). gemm:
 MR x NR tiles, k blocks, row blocks of MB (the x block of MB rows and its corrections
 stays in L1), parallel over column panels; sg per tile and k block. The N % NR last
 columns run one at a time, as gemm tiles of one column. All perform exactly the
@@ -441,6 +444,9 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     for v in T.vectorized(ZL):
                         acc[r, c, v] = f32(0.0)
             pf0 = T.bind(T.Cast("int64", j0) * KQ + s0 * UPS * UNIT + PF)
+            if gemv and PF == 0 and not Q4:  # q8, one stream: the block's first line first
+                for c in T.unroll(C):
+                    T.evaluate(prefetch(q, j0 + c * cs, s0 * UPS * UNIT))
             for s in range(sn):
                 if PF > 0:  # each column's stream (C of them, cs rows apart)
                     for u in T.unroll(UPS):
