@@ -195,6 +195,8 @@ def main() -> None:
     shapes = ([tuple(int(v) for v in s.split(":")) for s in args.shapes.split(",")]
               if args.shapes else SHAPES)
     streams = args.gemv_streams
+    if streams is not None and args.schedule != "gemv":
+        raise SystemExit("--gemv-streams is for --schedule gemv (the gemm reads its own way)")
     if streams is None:
         from ninfer.roofline import host_gemv_streams
 

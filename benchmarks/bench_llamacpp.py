@@ -394,29 +394,25 @@ def main() -> None:
 
     roof_bytes = int(max(weight_bytes_per_token(paths[q]) for q, _ in wanted))
     # The VM's bandwidth moves by a third over minutes: the roofline is measured between
-    # every two engine runs, the best of them all counts for "of bw", and each run is also
-    # set against the better of the two probes beside it ("local").
+    # every two engine runs and the best of them all counts for "of bw" ("loc" comes from
+    # the probes beside each run's best decode window, _measure).
     roofs = [measure(roof_bytes, args.threads)]
     print(roofs[-1].describe(), flush=True)
 
-    def beside(run: Callable[[], Rates], locals_: list[float]) -> Rates:
-        before = roofs[-1]
+    def then_probe(run: Callable[[], Rates]) -> Rates:
         rates = run()
         roofs.append(measure(roof_bytes, args.threads))
-        locals_.append(max(before.best_read_gbps, roofs[-1].best_read_gbps))
         return rates
 
     rows = []
     for qtype, fmt in wanted:
         refs: list[Rates] = []
         ours: list[Rates] = []
-        ref_bw: list[float] = []  # the local read bandwidth of each run
-        our_bw: list[float] = []
         for _ in range(args.rounds):
-            refs.append(beside(lambda: run_worker("llamacpp", str(paths[qtype]), args), ref_bw))
+            refs.append(then_probe(lambda: run_worker("llamacpp", str(paths[qtype]), args)))
             if not args.no_ninfer:
-                ours.append(beside(lambda: run_worker("ninfer", fmt, args), our_bw))
-        rows.append((qtype, fmt, refs, ours, ref_bw, our_bw))
+                ours.append(then_probe(lambda: run_worker("ninfer", fmt, args)))
+        rows.append((qtype, fmt, refs, ours))
         print(f"  measured {qtype} / {fmt}; {roofs[-1].describe()}", flush=True)
     roof = best_of(roofs)
 
@@ -448,18 +444,18 @@ def main() -> None:
           f"{'of pk':>6}   {'ninfer':<7}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'loc':>5}"
           f"{'prefill':>9}{'of pk':>6}   {'dec x':>6}{'pre x':>6}  per-round dec x")
 
-    def cells(r: Rates | None, runs: list[Rates], local_bw: list[float]) -> str:
+    def cells(r: Rates | None, runs: list[Rates]) -> str:
         if r is None:
             return f"{'(not run)':>48}"
         if r.note:
             return f"{'(' + r.note + ')':>48}"
         frac = (r.bytes_per_token + state) * r.decode / 1e9 / bw
-        local = _local_fraction(runs, local_bw, state)
+        local = _local_fraction(runs, state)
         flops = 2.0 * read * r.prefill / 1e9 / peak
         return (f"{(r.bytes_per_token + state) / 1e9:>7.3f}{r.decode:>7.1f}/s{frac:>6.0%}"
                 f"{local:>5.0%}{r.prefill:>7.0f}/s{flops:>6.0%}")
 
-    for qtype, fmt, refs, ours, ref_bw, our_bw in rows:
+    for qtype, fmt, refs, ours in rows:
         ref, mine = _median(refs), _median(ours)
         ratio = per_round = ""
         if ref and mine and not ref.note and not mine.note:
@@ -467,7 +463,7 @@ def main() -> None:
             per_round = " ".join(f"{o.decode / r.decode:.2f}" for r, o in zip(refs, ours,
                                                                                   strict=True)
                                  if r.decode and o.decode)
-        print(f"{qtype:<10}{cells(ref, refs, ref_bw)}   {fmt:<7}{cells(mine, ours, our_bw)}"
+        print(f"{qtype:<10}{cells(ref, refs)}   {fmt:<7}{cells(mine, ours)}"
               f"   {ratio}  {per_round}")
     for qtype, _, refs, *_ in rows:
         ref = _median(refs)
@@ -481,13 +477,11 @@ def main() -> None:
           "window; of pk: 2 x parameters read x tokens/s / FMA peak")
 
 
-def _local_fraction(runs: list[Rates], local_bw: list[float], state: float) -> float:
+def _local_fraction(runs: list[Rates], state: float) -> float:
     """The median over runs of (GB/s read: weights and `state` bytes a token) / (the read
-    bandwidth probed beside the best decode window; without window probes, beside the
-    run), failed runs left out."""
-    fracs = [(r.bytes_per_token + state) * r.decode / 1e9 / (r.window_gbps or b)
-             for r, b in zip(runs, local_bw, strict=True)
-             if not r.note and (r.window_gbps or b) > 0]
+    bandwidth probed beside the best decode window), failed runs left out."""
+    fracs = [(r.bytes_per_token + state) * r.decode / 1e9 / r.window_gbps
+             for r in runs if not r.note and r.window_gbps > 0]
     return statistics.median(fracs) if fracs else 0.0
 
 

@@ -78,8 +78,10 @@ def _gemv_bytes(name: str) -> float | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--format", default="q4g64", help="f32, f16, bf16, q8g32, q4g64, q4g128")
-    ap.add_argument("--model", choices=("qwen3", "qwen35"), default="qwen3")
+    ap.add_argument("--format", default=None,
+                    help="f32, f16, bf16, q8g32, q4g64 (default), q4g128")
+    ap.add_argument("--model", choices=("qwen3", "qwen35"), default=None,
+                    help="qwen3 (default) or qwen35")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--build", type=Path, default=None,
@@ -90,7 +92,10 @@ def main() -> None:
     if args.worker:
         _worker(Path(args.worker), args.threads, args.steps)
         return
-    build = args.build or _build(args.model, args.format)
+    if args.build and (args.format or args.model):
+        ap.error("--build profiles that build as it is: --format and --model do not apply")
+    build = args.build or _build(args.model or "qwen3", args.format or "q4g64")
+    label = str(args.build) if args.build else f"{args.model or 'qwen3'} {args.format or 'q4g64'}"
     env = {**os.environ, "NINFER_PROFILE": "1", "TVM_NUM_THREADS": str(args.threads)}
     # The profile counts every call of a process, the first touches of the weights
     # included: a run of the warm-up steps alone counts its calls, and the run with the
@@ -114,7 +119,7 @@ def main() -> None:
     from ninfer.roofline import measure
 
     roof = measure(int(token_bytes), args.threads)
-    print(f"{args.model} {args.format}: {rate:.1f} tok/s, {1e3 / rate:.2f} ms a token;"
+    print(f"{label}: {rate:.1f} tok/s, {1e3 / rate:.2f} ms a token;"
           f" gemv weights {token_bytes / 1e9:.3f} GB a token = {token_bytes * rate / 1e9:.1f} GB/s")
     print(roof.describe())
     print(f"{'calls/token':>11} {'us/call':>9} {'share':>6} {'GB/s':>6}  kernel")

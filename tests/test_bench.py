@@ -411,9 +411,8 @@ def test_bench_sets_the_best_decode_window_against_the_probes_beside_it(monkeypa
     assert dec == bench.DECODE_WINDOW / 0.5 and pre == len(bench.PROMPT) / 0.25
     assert bw == 31.0  # window 1: probes 31 before it, 20 after it
     run = bench.Rates(dec, pre, 1e9, window_gbps=bw)
-    assert bench._local_fraction([run], [99.0], 0.0) == dec / 31.0
-    # without window probes the run's own neighbours count
-    assert bench._local_fraction([bench.Rates(dec, pre, 1e9)], [40.0], 0.0) == dec / 40.0
+    failed = bench.Rates(0.0, 0.0, 0.0, note="failed")
+    assert bench._local_fraction([run, failed], 0.0) == dec / 31.0
 
 
 def test_ab_variant_sets_kernel_attributes_and_restores_them():

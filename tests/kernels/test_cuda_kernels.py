@@ -362,3 +362,13 @@ def test_unsupported_head_dim_is_refused_with_numbers() -> None:
     spec = AttentionSpec(4, 2, 16, 64, 16, 1, 4)
     with pytest.raises(NotImplementedError, match=r"head_dim 16 .* between 32 and 256"):
         build_cuda_source([spec], load_target("h200"))
+
+
+def test_head_major_kv_pools_are_refused() -> None:
+    """The CUDA KV kernels read and write token-major pools; the CPU plan's head-major
+    layout is refused, not compiled into kernels that would index it wrongly."""
+    pools = [AttentionSpec(4, 2, 64, 64, 16, 1, 4, layout="heads"),
+             KvStoreSpec(width=128, pool_rows=64, head_dim=64, layout="heads", block_size=16)]
+    for spec in pools:
+        with pytest.raises(NotImplementedError, match="token-major"):
+            build_cuda_source([spec], load_target("h200"))

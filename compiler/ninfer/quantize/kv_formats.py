@@ -123,24 +123,25 @@ def check_pool_layout(layout: str, block_size: int) -> None:
         raise ValueError("the heads KV pool layout needs the block size")
 
 
+def _swap_in_blocks(part: np.ndarray, block_size: int, heads_first: bool) -> np.ndarray:
+    """part [rows, kv_heads, width] with each block's token and head axes swapped:
+    `heads_first` says whether `part` holds its blocks head-major."""
+    rows, heads, width = part.shape
+    inner = (heads, block_size) if heads_first else (block_size, heads)
+    blocks = part.reshape(rows // block_size, *inner, width).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(blocks).reshape(rows, heads, width)
+
+
 def pool_to_rows(part: np.ndarray, layout: str, block_size: int) -> np.ndarray:
     """A pool array [rows, kv_heads, width] as stored in `layout`, token-major."""
     check_pool_layout(layout, block_size)
-    if layout == "rows":
-        return part
-    rows, heads, width = part.shape
-    blocks = part.reshape(rows // block_size, heads, block_size, width)
-    return blocks.transpose(0, 2, 1, 3).reshape(rows, heads, width)
+    return part if layout == "rows" else _swap_in_blocks(part, block_size, heads_first=True)
 
 
 def pool_from_rows(part: np.ndarray, layout: str, block_size: int) -> np.ndarray:
     """A token-major pool array [rows, kv_heads, width] as stored in `layout`."""
     check_pool_layout(layout, block_size)
-    if layout == "rows":
-        return part
-    rows, heads, width = part.shape
-    blocks = part.reshape(rows // block_size, block_size, heads, width)
-    return np.ascontiguousarray(blocks.transpose(0, 2, 1, 3)).reshape(rows, heads, width)
+    return part if layout == "rows" else _swap_in_blocks(part, block_size, heads_first=False)
 
 
 def pool_bytes_per_row(name: str, kv_heads: int, head_dim: int) -> int:

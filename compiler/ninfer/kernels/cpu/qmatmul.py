@@ -71,11 +71,23 @@ from tvm.script.ir_builder import tirx as irb
 from ninfer.quantize.weight_formats import check_k, format_info
 
 from ..spec import MatmulSpec
-from .common import F32, f32, hmax, host_has, hsum_vector, i64, prefetch, scratch
+from .common import F32, f32, hmax, hsum_vector, i64, prefetch, scratch
+from .intdot import (
+    BYTES,
+    LANES,
+    ZL,
+    bcast,
+    concat,
+    dpbusd,
+    dpbusd512,
+    maddubs,
+    maddwd,
+    psignb,
+    use_vnni,
+    use_zmm,
+    vec,
+)
 
-LANES = 8  # int32 / float32 lanes of a ymm register
-BYTES = 32  # int8 lanes of a ymm register
-ZL = 16  # int32 / float32 lanes of a step's vectors (a zmm register)
 UNIT = 64  # weight bytes per 512-bit vector
 
 # k values per block whose lane sums are added into out (multiple of every group size).
@@ -111,64 +123,6 @@ GEMV_ROWS = 4  # gemv: rows of x per task (1..4; the last task of a call takes t
 # ymm registers of 16, hence the smaller tile (not measured: this VM has AVX-512).
 GEMM_TILES = QTiles(mr=4, nr=3, mb=16, panels=16)
 GEMM_TILES_YMM = QTiles(mr=2, nr=2, mb=16, panels=16)
-
-
-def _llvm(dtype: str, name: str, *args: tirx.PrimExpr) -> tirx.PrimExpr:
-    return tirx.call_llvm_pure_intrin(dtype, name, *args)
-
-
-def _maddubs(u8: tirx.PrimExpr, s8: tirx.PrimExpr) -> tirx.PrimExpr:
-    """vpmaddubsw: 16 x int16 = u8[2i] * s8[2i] + u8[2i+1] * s8[2i+1] (saturating)."""
-    return _llvm("int16x16", "llvm.x86.avx2.pmadd.ub.sw", u8, s8)
-
-
-def _maddwd(a: tirx.PrimExpr) -> tirx.PrimExpr:
-    """vpmaddwd with ones: 8 x int32 = a[2i] + a[2i+1]."""
-    ones = tirx.Broadcast(tirx.const(1, "int16"), 16)
-    return _llvm("int32x8", "llvm.x86.avx2.pmadd.wd", a, ones)
-
-
-def _dpbusd(acc: tirx.PrimExpr, u8: tirx.PrimExpr, s8: tirx.PrimExpr) -> tirx.PrimExpr:
-    """vpdpbusd (AVX-VNNI): 8 x int32 = acc + the sums of 4 adjacent u8 * s8 products, without
-    an int16 step (so equal to maddwd(maddubs(u8, s8)) wherever that does not saturate,
-    which the ranges above rule out)."""
-    # LLVM 20 and later type the byte operands <32 x i8> (before: <8 x i32>).
-    return _llvm("int32x8", "llvm.x86.avx512.vpdpbusd.256", acc, u8, s8)
-
-
-def _dpbusd512(acc: tirx.PrimExpr, u8: tirx.PrimExpr, s8: tirx.PrimExpr) -> tirx.PrimExpr:
-    """vpdpbusd on zmm: 16 x int32 = acc + the sums of 4 adjacent u8 * s8 products."""
-    return _llvm("int32x16", "llvm.x86.avx512.vpdpbusd.512", acc, u8, s8)
-
-
-def _psignb(a: tirx.PrimExpr, b: tirx.PrimExpr) -> tirx.PrimExpr:
-    """vpsignb: a * sign(b) per int8 lane (0 where b == 0)."""
-    return _llvm("int8x32", "llvm.x86.avx2.psign.b", a, b)
-
-
-def use_vnni() -> bool:
-    """The 256-bit group dots use vpdpbusd where the host has it (one instruction for
-    vpmaddubsw + vpmaddwd; the integer results are the same)."""
-    return host_has("avxvnni") or (host_has("avx512vnni") and host_has("avx512vl"))
-
-
-def use_zmm() -> bool:
-    """Steps are one 512-bit vpdpbusd per weight vector where the host has AVX-512 VNNI
-    (else two 256-bit halves: the same integers)."""
-    return host_has("avx512vnni") and host_has("avx512bw") and host_has("avx512vl")
-
-
-def _vec(base: tirx.PrimExpr, lanes: int) -> tirx.Ramp:
-    return tirx.Ramp(base, i64(1), lanes)
-
-
-def _concat(lo: tirx.PrimExpr, hi: tirx.PrimExpr) -> tirx.PrimExpr:
-    """Two 8-lane vectors as one of 16 lanes (lo in lanes 0-7)."""
-    return tirx.Shuffle([lo, hi], [tirx.IntImm("int32", v) for v in range(2 * LANES)])
-
-
-def _bcast(value: tirx.PrimExpr, lanes: int) -> tirx.PrimExpr:
-    return tirx.Broadcast(value, lanes)
 
 
 def qmatmul(spec: MatmulSpec) -> tirx.PrimFunc:
@@ -220,8 +174,8 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     def sum4(xv: tirx.PrimExpr) -> tirx.PrimExpr:
         """int32x8: sums of 4 adjacent int8 of a 32-byte x vector."""
         if vnni:
-            return _dpbusd(zero8, ones_u8, xv)
-        return _maddwd(_maddubs(ones_u8, xv))
+            return dpbusd(zero8, ones_u8, xv)
+        return maddwd(maddubs(ones_u8, xv))
 
     def nibbles(wb: tirx.PrimExpr, lanes: int) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
         return (wb & tirx.Broadcast(tirx.const(15, "uint8"), lanes),
@@ -244,60 +198,60 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     def half_dot(q, xq, xa, xcor, i, j, s, u, h, tail):
         """int32x8: lanes 8h..8h+7 of vector u of step s (q4: with the nibbles' offset)."""
         wo, xe, xo = x_offsets(s, u, h, tail)
-        wb = q[j, _vec(wo, BYTES)]
+        wb = q[j, vec(wo, BYTES)]
         if Q4:
             lo, hi = nibbles(wb, BYTES)
             if vnni:
-                return _dpbusd(_dpbusd(zero8, lo, xq[i, _vec(xe, BYTES)]), hi,
-                               xq[i, _vec(xo, BYTES)])
-            return _maddwd(_maddubs(lo, xq[i, _vec(xe, BYTES)])
-                           + _maddubs(hi, xq[i, _vec(xo, BYTES)]))
+                return dpbusd(dpbusd(zero8, lo, xq[i, vec(xe, BYTES)]), hi,
+                               xq[i, vec(xo, BYTES)])
+            return maddwd(maddubs(lo, xq[i, vec(xe, BYTES)])
+                           + maddubs(hi, xq[i, vec(xo, BYTES)]))
         if vnni:  # from the lanes' corrections
-            start = xcor[i, _vec(s * ZL + (0 if tail else h * LANES), LANES)]
-            return _dpbusd(start, flip(wb, BYTES), xq[i, _vec(xe, BYTES)])
-        return _maddwd(_maddubs(xa[i, _vec(xe, BYTES)], _psignb(wb, xq[i, _vec(xe, BYTES)])))
+            start = xcor[i, vec(s * ZL + (0 if tail else h * LANES), LANES)]
+            return dpbusd(start, flip(wb, BYTES), xq[i, vec(xe, BYTES)])
+        return maddwd(maddubs(xa[i, vec(xe, BYTES)], psignb(wb, xq[i, vec(xe, BYTES)])))
 
     def step_dot(q, xq, xa, xcor, i, j, s, tail):
         """int32x16 whose lanes sum to the exact integer dot of step s (row i, column j);
         q4: plus 8 times the sum of its x (taken back per group)."""
         if tail:
-            return _concat(half_dot(q, xq, xa, xcor, i, j, s, 0, 0, True), zero8)
+            return concat(half_dot(q, xq, xa, xcor, i, j, s, 0, 0, True), zero8)
         if zmm:  # (zmm implies VNNI)
-            acc = zero16 if Q4 else xcor[i, _vec(s * ZL, ZL)]
+            acc = zero16 if Q4 else xcor[i, vec(s * ZL, ZL)]
             for u in range(UPS):
                 if Q4:
                     base = (s * UPS + u) * 128
-                    lo, hi = nibbles(q[j, _vec((s * UPS + u) * UNIT, UNIT)], UNIT)
-                    acc = _dpbusd512(_dpbusd512(acc, lo, xq[i, _vec(base, UNIT)]), hi,
-                                     xq[i, _vec(base + 64, UNIT)])
+                    lo, hi = nibbles(q[j, vec((s * UPS + u) * UNIT, UNIT)], UNIT)
+                    acc = dpbusd512(dpbusd512(acc, lo, xq[i, vec(base, UNIT)]), hi,
+                                     xq[i, vec(base + 64, UNIT)])
                 else:
-                    acc = _dpbusd512(acc, flip(q[j, _vec(s * UNIT, UNIT)], UNIT),
-                                     xq[i, _vec(s * UNIT, UNIT)])
+                    acc = dpbusd512(acc, flip(q[j, vec(s * UNIT, UNIT)], UNIT),
+                                     xq[i, vec(s * UNIT, UNIT)])
             return acc
         acc = None
         for u in range(UPS):
-            v = _concat(*(half_dot(q, xq, xa, xcor, i, j, s, u, h, False) for h in range(2)))
+            v = concat(*(half_dot(q, xq, xa, xcor, i, j, s, u, h, False) for h in range(2)))
             acc = v if acc is None else acc + v
         return acc
 
     def pair_scale(sg, r, c, s, tail):
         """float32x16: a step's d * dx from the per-group sg[r, c, g] (gemv)."""
         if GPS == 1:
-            return _bcast(sg[r, c, s], ZL)
+            return bcast(sg[r, c, s], ZL)
         if tail:
-            return _concat(_bcast(sg[r, c, s * 2], LANES), zero8f)
+            return concat(bcast(sg[r, c, s * 2], LANES), zero8f)
         # one 8-byte load and one vpermps
-        pair = sg[r, c, _vec(s * 2, 2)]
+        pair = sg[r, c, vec(s * 2, 2)]
         return tirx.Shuffle([pair] * LANES, [tirx.IntImm("int32", v // LANES) for v in range(ZL)])
 
     def group_sums(xq, i, g):
         """int32x8 whose lanes sum to the sum of q4 group g's rounded x (in xq's order)."""
         if G == 64:  # half of a 128 chunk: its evens, then its odds
             base = g // 2 * 128 + g % 2 * BYTES
-            return sum4(xq[i, _vec(base, BYTES)]) + sum4(xq[i, _vec(base + 64, BYTES)])
-        total = sum4(xq[i, _vec(g * G, BYTES)])
+            return sum4(xq[i, vec(base, BYTES)]) + sum4(xq[i, vec(base + 64, BYTES)])
+        total = sum4(xq[i, vec(g * G, BYTES)])
         for t in range(1, G // BYTES):
-            total = total + sum4(xq[i, _vec(g * G + t * BYTES, BYTES)])
+            total = total + sum4(xq[i, vec(g * G + t * BYTES, BYTES)])
         return total
 
     evens = [tirx.IntImm("int32", 2 * v) for v in range(LANES)]
@@ -307,10 +261,10 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     def deinterleave(x, xq, inv, i, k0, p0, W):
         # q4: x[i, k0 : k0 + 16] rounded with its group's 127 / max|x|, evens to xq[i, p0:]
         # and odds to xq[i, p0 + W:] (vector loads and shuffles, not a strided gather)
-        xv = T.bind(x[i, _vec(k0, 2 * LANES)])
-        m = T.bind(_bcast(inv[k0 // G], LANES))
-        xq[i, _vec(p0, LANES)] = T.Cast("int8x8", T.nearbyint(tirx.Shuffle([xv], evens) * m))
-        xq[i, _vec(p0 + W, LANES)] = T.Cast("int8x8", T.nearbyint(tirx.Shuffle([xv], odds) * m))
+        xv = T.bind(x[i, vec(k0, 2 * LANES)])
+        m = T.bind(bcast(inv[k0 // G], LANES))
+        xq[i, vec(p0, LANES)] = T.Cast("int8x8", T.nearbyint(tirx.Shuffle([xv], evens) * m))
+        xq[i, vec(p0 + W, LANES)] = T.Cast("int8x8", T.nearbyint(tirx.Shuffle([xv], odds) * m))
 
     @T.macro
     def quantize_row(x, xq, xa, xcor, xs, i):
@@ -355,18 +309,18 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     T.Cast("float32x8", group_sums(xq, i, g)), LANES)
             if TAIL > 0:  # the last 64 of k: evens, then odds
                 xcor[i, NG - 1] = f32(-8.0) * hsum_vector(T.Cast(
-                    "float32x8", sum4(xq[i, _vec(K - 64, BYTES)]) + sum4(xq[i, _vec(
+                    "float32x8", sum4(xq[i, vec(K - 64, BYTES)]) + sum4(xq[i, vec(
                         K - BYTES, BYTES)])), LANES)
         elif vnni:
             # q8, per step: the lanes' corrections of q + 128
             for s in range(NSF):
                 for h in range(2):
-                    xcor[i, _vec(s * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
-                        sum4(xq[i, _vec(s * UNIT + h * BYTES, BYTES)]),
-                        _bcast(tirx.const(7, "int32"), LANES))
+                    xcor[i, vec(s * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
+                        sum4(xq[i, vec(s * UNIT + h * BYTES, BYTES)]),
+                        bcast(tirx.const(7, "int32"), LANES))
             if TAIL > 0:
-                xcor[i, _vec(NSF * ZL, LANES)] = zero8 - tirx.shift_left(
-                    sum4(xq[i, _vec(K - BYTES, BYTES)]), _bcast(tirx.const(7, "int32"), LANES))
+                xcor[i, vec(NSF * ZL, LANES)] = zero8 - tirx.shift_left(
+                    sum4(xq[i, vec(K - BYTES, BYTES)]), bcast(tirx.const(7, "int32"), LANES))
                 for v in T.vectorized(LANES):
                     xcor[i, NSF * ZL + LANES + v] = 0
 
@@ -400,14 +354,14 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         gemm: adjacent)."""
         j = j0 + c * NJB if gemv else j0 + c
         dot = T.Cast("float32x16", step_dot(q, xq, xa, xcor, i0 + r, j, s0 + s, tail))
-        return acc[r, c, _vec(i64(0), ZL)] + dot * pair_scale(sg, r, c, s0 + s, tail)
+        return acc[r, c, vec(i64(0), ZL)] + dot * pair_scale(sg, r, c, s0 + s, tail)
 
     def step_macro(tail: bool, gemv: bool):
         @T.macro
         def step(q, xq, xa, xcor, acc, sg, i0, j0, s0, s, R, C):
             for r in T.unroll(R):
                 for c in T.unroll(C):
-                    acc[r, c, _vec(i64(0), ZL)] = scaled(q, xq, xa, xcor, acc, sg,
+                    acc[r, c, vec(i64(0), ZL)] = scaled(q, xq, xa, xcor, acc, sg,
                                                          i0, j0, s0, s, tail, r, c, gemv)
         return step
 
@@ -422,7 +376,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         vector by vector (lanes past the block's last group: 0)."""
         total = zero16f  # gn == 0: a k block the schedule generates but never runs
         for t in range(-(-gn // ZL)):
-            v = sg[r, c, _vec(g0 + t * ZL, ZL)] * xcor[i, _vec(g0 + t * ZL, ZL)]
+            v = sg[r, c, vec(g0 + t * ZL, ZL)] * xcor[i, vec(g0 + t * ZL, ZL)]
             if gn - t * ZL < ZL:
                 v = tirx.Select(lane16 < tirx.Broadcast(tirx.const(gn - t * ZL, "int32"), ZL),
                                 v, zero16f)
@@ -460,11 +414,11 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                 for c in T.unroll(C):
                     if Q4:  # with the block's corrections
                         out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum_vector(
-                            acc[r, c, _vec(i64(0), ZL)] + block_corrections(
+                            acc[r, c, vec(i64(0), ZL)] + block_corrections(
                                 xcor, sg, i0 + r, r, c, s0 * GPS, sn * GPS + tail), ZL)
                     else:
                         out[i0 + r, j0 + c * cs] = out[i0 + r, j0 + c * cs] + hsum_vector(
-                            acc[r, c, _vec(i64(0), ZL)], ZL)
+                            acc[r, c, vec(i64(0), ZL)], ZL)
         return micro
 
     micro_gemv, micro_gemm = micro_macro(True), micro_macro(False)
