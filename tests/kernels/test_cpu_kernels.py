@@ -40,6 +40,7 @@ from ninfer.kernels import (
     build_cpu_object,
     reference,
 )
+from ninfer.kernels.spec_hybrid import GdnGateSpec, GdnNormSpec
 from ninfer.quantize import kv_formats
 
 pytestmark = pytest.mark.unit
@@ -596,3 +597,63 @@ def test_matmul_rows_are_bitwise_the_same_in_gemv_and_gemm(monkeypatch: pytest.M
                 assert np.array_equal(run(ex, spec, x[i : i + 1])[0], batched[i])
             for n in range(2, len(x) + 1):
                 assert np.array_equal(run(ex, spec, x[:n]), batched[:n]), (spec.name(), n)
+
+ROW_KERNELS = [
+    EmbeddingSpec(vocab=1000, hidden=72),
+    RMSNormSpec(hidden=1024, eps=1e-6),
+    RMSNormSpec(hidden=128, eps=1e-6),
+    RopeSpec(heads=4, head_dim=64, max_pos=512),
+    SiluMulSpec(inter=1000),
+    SigmoidGateSpec(width=77),
+    AddSpec(hidden=1027),
+    GdnGateSpec(v_heads=6),
+    GdnNormSpec(v_heads=3, v_dim=40, eps=1e-6),
+    KvStoreSpec(width=64, pool_rows=100),
+    KvStoreSpec(width=256, pool_rows=64, kv_dtype="int4", head_dim=128, rotate=128,
+                layout="heads", block_size=16),
+]
+
+
+def test_row_kernels_give_the_same_bits_serial_or_parallel(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """The row-wise kernels run a small call's rows on the calling thread and a large one's
+    in parallel (common.SERIAL_BYTES); both loops expand the same row body, so every row
+    gets the same bits either way: builds with everything serial, everything parallel and
+    the default split agree for 1, 3 and 40 rows (and the embedding, norm, rope, silu,
+    gate and add rows match the float64 reference, within TOL)."""
+    from ninfer.kernels.cpu import common
+
+    def build(serial_bytes: int) -> tvm.runtime.Executable:
+        monkeypatch.setattr(common, "SERIAL_BYTES", serial_bytes)
+        return build_cpu_module(ROW_KERNELS)
+
+    mods = {"default": build(32 << 10), "parallel": build(0), "serial": build(1 << 40)}
+    for spec in ROW_KERNELS:
+        for n in (1, 3, 40):
+            rng = np.random.default_rng(n)
+            sig = spec.signature()
+            shapes = [tuple(n if d == "n" else d for d in a.shape) for a in sig]
+            ins: list[np.ndarray] = []
+            for arg, shape in zip(sig, shapes):
+                if arg.name == "rows":  # distinct pool rows, one out of range
+                    rows = rng.permutation(spec.pool_rows)[:n].astype(np.int32)
+                    rows[-1] = -1 if n > 1 else rows[-1]
+                    ins.append(rows)
+                elif arg.dtype == "int32":
+                    ins.append(_int_input(spec, arg.name, n, rng))
+                else:
+                    ins.append(rng.standard_normal(shape).astype(arg.dtype))
+            outs = {}
+            for mode, ex in mods.items():
+                args = [tvm.runtime.tensor(a) for a in ins]
+                ex[spec.name()](*args)
+                outs[mode] = [a.numpy() for a in args]
+            for mode in ("parallel", "serial"):
+                for got, want in zip(outs[mode], outs["default"]):
+                    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (
+                        f"{spec.name()} n={n}: {mode} differs from the default split")
+            if spec.family in {"embedding", "rmsnorm", "rope", "silu_mul", "sigmoid_gate",
+                               "add"}:
+                ref = reference(spec, *ins[:-1])
+                err = np.linalg.norm(outs["default"][-1] - ref) / np.linalg.norm(ref)
+                assert err <= TOL, f"{spec.name()} n={n}: relative error {err:.3g}"

@@ -231,27 +231,31 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
     def run(q, kc, ks, vc, vs, pos, seq, bt, out, n):
         # Multi-row tiles. Later rows see more keys, and the thread pool hands each thread
         # a contiguous range of items, so tiles are taken in zigzag order (first, last,
-        # second, second to last, ...) to give every thread a similar amount of work.
-        for item in T.parallel(n // MQ * NI):
-            u = T.bind(item // NI)
-            tile = T.bind(T.Select(u % 2 == 0, u // 2, n // MQ - 1 - u // 2))
-            i0 = T.bind(tile * MQ)
-            g = T.bind(item % NI // NS)
-            h0 = T.bind(item % NI // NS * G + item % NS * S)
-            same = scratch((1,), "int32")
-            same[0] = 1
-            for r in range(1, MQ):
-                if seq[i0 + r] != seq[i0] or pos[i0 + r] != pos[i0] + r:
-                    same[0] = 0
-            if same[0] == 1:
-                attend(q, kc, ks, vc, vs, out, pos, seq, bt, i0, g, h0, MQ)
-            else:
-                for r in range(MQ):
-                    attend(q, kc, ks, vc, vs, out, pos, seq, bt, i0 + r, g, h0, 1)
+        # second, second to last, ...) to give every thread a similar amount of work. Each
+        # loop runs only where it has items: a parallel loop of none still forks and joins
+        # the thread pool (a decode step, whose rows are all left over, paid one per layer).
+        if n >= MQ:
+            for item in T.parallel(n // MQ * NI):
+                u = T.bind(item // NI)
+                tile = T.bind(T.Select(u % 2 == 0, u // 2, n // MQ - 1 - u // 2))
+                i0 = T.bind(tile * MQ)
+                g = T.bind(item % NI // NS)
+                h0 = T.bind(item % NI // NS * G + item % NS * S)
+                same = scratch((1,), "int32")
+                same[0] = 1
+                for r in range(1, MQ):
+                    if seq[i0 + r] != seq[i0] or pos[i0 + r] != pos[i0] + r:
+                        same[0] = 0
+                if same[0] == 1:
+                    attend(q, kc, ks, vc, vs, out, pos, seq, bt, i0, g, h0, MQ)
+                else:
+                    for r in range(MQ):
+                        attend(q, kc, ks, vc, vs, out, pos, seq, bt, i0 + r, g, h0, 1)
         # Leftover rows (all rows when decoding), one per item.
-        for item in T.parallel(n % MQ * NI):
-            attend(q, kc, ks, vc, vs, out, pos, seq, bt, n // MQ * MQ + item // NI,
-                   item % NI // NS, item % NI // NS * G + item % NS * S, 1)
+        if n % MQ > 0:
+            for item in T.parallel(n % MQ * NI):
+                attend(q, kc, ks, vc, vs, out, pos, seq, bt, n // MQ * MQ + item // NI,
+                       item % NI // NS, item % NI // NS * G + item % NS * S, 1)
 
     pool = (i64(NBLK * BS), i64(KVH), i64(DS))
     spool = (i64(NBLK * BS), i64(KVH), i64(max(1, D // KV_GROUP)))

@@ -23,6 +23,19 @@ VECTOR_LANES = 8
 
 F32 = "float32"
 
+# Row-wise kernels (elementwise, KV stores, gates) run a call's rows on the calling thread
+# when they touch at most this many bytes (read and written): a parallel loop is a fork and
+# a join of the thread pool, 0.3-0.9 us on the Zen 4 VM (more when its two cores sit far
+# apart), which is more than a decode row of such a kernel costs (RESULTS session 32).
+SERIAL_BYTES = 32 << 10
+
+
+def serial_rows(row_bytes: int) -> int:
+    """The most rows of `row_bytes` each that a row-wise kernel runs without a parallel
+    loop (see SERIAL_BYTES; read when the kernel is built). The kernels expand their row
+    body (a macro) in both loops: `if n <= serial_rows(..)`, a serial loop, else parallel."""
+    return SERIAL_BYTES // row_bytes
+
 
 @functools.cache
 def host_has(feature: str) -> bool:

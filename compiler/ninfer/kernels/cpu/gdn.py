@@ -37,7 +37,7 @@ from tvm.script import tirx as T
 
 from ..spec import GdnConvSpec, GdnGateSpec, GdnNormSpec, GdnRecurrentSpec
 from ..spec_hybrid import GDN_CHUNK_MIN_ROWS
-from .common import F32, VECTOR_LANES, f32, fast_exp, fast_log1p, i64, scratch
+from .common import F32, VECTOR_LANES, f32, fast_exp, fast_log1p, i64, scratch, serial_rows
 
 VW = VECTOR_LANES
 EPS_L2 = 1e-6
@@ -394,6 +394,15 @@ def gdn_conv(spec: GdnConvSpec) -> tirx.PrimFunc:
 
 def gdn_gate(spec: GdnGateSpec) -> tirx.PrimFunc:
     H = spec.v_heads
+    SERIAL = serial_rows(16 * H)
+
+    @T.macro
+    def row(ba, A_log, dt_bias, out, i):
+        for h in range(H):
+            y = T.bind(ba[i, H + h] + dt_bias[h])
+            sp = T.bind(T.max(y, f32(0.0)) + fast_log1p(fast_exp(f32(0.0) - T.fabs(y))))
+            out[i, h] = f32(0.0) - fast_exp(A_log[h]) * sp
+            out[i, H + h] = f32(1.0) / (f32(1.0) + fast_exp(f32(0.0) - ba[i, h]))
 
     @T.prim_func(private=True)
     def kernel(ba_h: T.handle, al_h: T.handle, dt_h: T.handle, o_h: T.handle):
@@ -403,18 +412,32 @@ def gdn_gate(spec: GdnGateSpec) -> tirx.PrimFunc:
         A_log = T.match_buffer(al_h, (i64(H),), F32)
         dt_bias = T.match_buffer(dt_h, (i64(H),), F32)
         out = T.match_buffer(o_h, (n, i64(2 * H)), F32)
-        for i in T.parallel(n):
-            for h in range(H):
-                y = T.bind(ba[i, H + h] + dt_bias[h])
-                sp = T.bind(T.max(y, f32(0.0)) + fast_log1p(fast_exp(f32(0.0) - T.fabs(y))))
-                out[i, h] = f32(0.0) - fast_exp(A_log[h]) * sp
-                out[i, H + h] = f32(1.0) / (f32(1.0) + fast_exp(f32(0.0) - ba[i, h]))
+        if n <= SERIAL:
+            for i in range(n):
+                row(ba, A_log, dt_bias, out, i)
+        else:
+            for i in T.parallel(n):
+                row(ba, A_log, dt_bias, out, i)
 
     return kernel
 
 
 def gdn_norm(spec: GdnNormSpec) -> tirx.PrimFunc:
     H, D, EPS = spec.v_heads, spec.v_dim, spec.eps
+    SERIAL = serial_rows(12 * D)  # (row, head) pairs
+
+    @T.macro
+    def head(o, z, w, out, t):
+        i = T.bind(t // H)
+        c0 = T.bind(t % H * D)
+        ss = scratch((1,))
+        ss[0] = f32(0.0)
+        for d in range(D):
+            ss[0] = ss[0] + o[i, c0 + d] * o[i, c0 + d]
+        r = T.bind(f32(1.0) / T.sqrt(ss[0] / f32(D) + f32(EPS)))
+        for d in T.vectorized(D):
+            out[i, c0 + d] = o[i, c0 + d] * r * w[d] * (
+                z[i, c0 + d] / (f32(1.0) + fast_exp(f32(0.0) - z[i, c0 + d])))
 
     @T.prim_func(private=True)
     def kernel(o_h: T.handle, z_h: T.handle, w_h: T.handle, out_h: T.handle):
@@ -424,16 +447,11 @@ def gdn_norm(spec: GdnNormSpec) -> tirx.PrimFunc:
         z = T.match_buffer(z_h, (n, i64(H * D)), F32)
         w = T.match_buffer(w_h, (i64(D),), F32)
         out = T.match_buffer(out_h, (n, i64(H * D)), F32)
-        for t in T.parallel(n * H):
-            i = T.bind(t // H)
-            c0 = T.bind(t % H * D)
-            ss = scratch((1,))
-            ss[0] = f32(0.0)
-            for d in range(D):
-                ss[0] = ss[0] + o[i, c0 + d] * o[i, c0 + d]
-            r = T.bind(f32(1.0) / T.sqrt(ss[0] / f32(D) + f32(EPS)))
-            for d in T.vectorized(D):
-                out[i, c0 + d] = o[i, c0 + d] * r * w[d] * (
-                    z[i, c0 + d] / (f32(1.0) + fast_exp(f32(0.0) - z[i, c0 + d])))
+        if n * H <= SERIAL:
+            for t in range(n * H):
+                head(o, z, w, out, t)
+        else:
+            for t in T.parallel(n * H):
+                head(o, z, w, out, t)
 
     return kernel

@@ -19,7 +19,17 @@ from tvm.script import tirx as T
 from ninfer.quantize.kv_formats import FP8_MAX, KV_GROUP, kv_format
 
 from ..spec import KvStoreSpec
-from .common import F32, VECTOR_LANES, bf16_bits, bf16_float, f32, hmax, i64, scratch
+from .common import (
+    F32,
+    VECTOR_LANES,
+    bf16_bits,
+    bf16_float,
+    f32,
+    hmax,
+    i64,
+    scratch,
+    serial_rows,
+)
 
 VW = VECTOR_LANES
 GV = KV_GROUP // VW  # vectors per scale group
@@ -195,6 +205,15 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
                                 | (_nibble(t[0, gi * KV_GROUP + KV_GROUP // 2 + k * VW + v]
                                            * inv, QMAX) << _i32(4)))
 
+    @T.macro
+    def store_row(x, rows, i, out, sc):
+        tok = T.bind(T.Cast("int64", rows[i]))
+        if tok >= i64(0) and tok < i64(R):
+            for hd in range(KVH):
+                store_head(x, i, tok, hd, out, sc)
+
+    SERIAL = serial_rows(8 * W)  # a row: W floats in, at most as many bytes out
+
     if fmt.scaled:
 
         @T.prim_func(private=True)
@@ -205,11 +224,12 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
             rows = T.match_buffer(rows_h, (n,), "int32")
             out = T.match_buffer(out_h, (i64(R), i64(KVH), i64(DS)), fmt.storage)
             sc = T.match_buffer(sc_h, (i64(R), i64(KVH), i64(NG)), "float16")
-            for i in T.parallel(n):
-                row = T.bind(T.Cast("int64", rows[i]))
-                if row >= i64(0) and row < i64(R):
-                    for hd in range(KVH):
-                        store_head(x, i, row, hd, out, sc)
+            if n <= SERIAL:
+                for i in range(n):
+                    store_row(x, rows, i, out, sc)
+            else:
+                for i in T.parallel(n):
+                    store_row(x, rows, i, out, sc)
 
         return kernel
 
@@ -220,11 +240,12 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
         x = T.match_buffer(x_h, (n, i64(W)), F32)
         rows = T.match_buffer(rows_h, (n,), "int32")
         out = T.match_buffer(out_h, (i64(R), i64(KVH), i64(DS)), fmt.storage)
-        for i in T.parallel(n):
-            row = T.bind(T.Cast("int64", rows[i]))
-            if row >= i64(0) and row < i64(R):
-                for hd in range(KVH):
-                    store_head(x, i, row, hd, out, out)
+        if n <= SERIAL:
+            for i in range(n):
+                store_row(x, rows, i, out, out)
+        else:
+            for i in T.parallel(n):
+                store_row(x, rows, i, out, out)
 
     return plain
 
