@@ -467,3 +467,25 @@ def test_kernel_profile_skips_the_first_calls(qwen3_model):
     rest = _profiled_calls(qwen3_model.out_dir, 2, sum(one.values()))
     assert sum(two.values()) == 2 * sum(one.values()) > 0
     assert rest == one
+
+
+def test_one_row_decode_takes_q_k_and_v_in_one_gemv(qwen3_model, qwen2_model):
+    """The cpu plan's qkv gemv (plan.qkv_fusable) serves a one-row step where the artifact
+    holds q, k and v back to back (the tiny Qwen3's f32 panels: whole 4 KiB pages each);
+    the tiny Qwen2's 512-byte biases are padded apart, so its model checks that at load and
+    keeps the three gemvs (both models' outputs are checked against transformers in
+    test_parity)."""
+    import json
+
+    def kernels(model) -> dict[str, str]:
+        report = json.loads((model.out_dir / "compile_report.json").read_text())
+        return report["plan"]["kernels"]
+
+    names = kernels(qwen3_model)
+    calls = _profiled_calls(qwen3_model.out_dir, 1, 0)
+    assert calls[names["qkv_gemv"]] == 2  # one per layer
+    assert names["k_gemv"] not in calls  # the k and v gemvs' shape: no call
+    names = kernels(qwen2_model)
+    calls = _profiled_calls(qwen2_model.out_dir, 1, 0)
+    assert names["qkv_gemv"] not in calls
+    assert calls[names["k_gemv"]] == 3 * 2  # q, k and v (one shape, with bias), two layers

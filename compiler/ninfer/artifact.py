@@ -78,22 +78,49 @@ def pending_tensors(model: FrontendModel, plan: Plan) -> list[PendingTensor]:
     def loader(w: WeightSpec) -> Callable[[], np.ndarray]:
         return lambda: graph.load_weight(ckpt, w)
 
-    tensors: list[PendingTensor] = []
+    per_weight: list[list[PendingTensor]] = []
     for w in graph.weights:
         if w.role == "mtp":  # as the checkpoint holds it: a 16-bit matrix stays 16-bit
             native = {"F16": "f16", "BF16": "bf16"}.get(ckpt.tensors[w.name].dtype)
             if native and len(w.shape) == 2:
-                tensors += _packed_tensors(w, native, "rows", loader(w))
+                per_weight.append(_packed_tensors(w, native, "rows", loader(w)))
             else:
-                tensors.append(PendingTensor(w.name, w.shape, loader(w)))
+                per_weight.append([PendingTensor(w.name, w.shape, loader(w))])
             continue
         fmt = weight_format(w, plan.weights)
         layout = weight_layout(w, plan)
         if fmt == "f32" and layout == "rows":
-            tensors.append(PendingTensor(w.name, w.shape, loader(w)))
+            per_weight.append([PendingTensor(w.name, w.shape, loader(w))])
         else:
-            tensors += _packed_tensors(w, FORMAT_WDTYPES[fmt], layout, loader(w))
+            per_weight.append(_packed_tensors(w, FORMAT_WDTYPES[fmt], layout, loader(w)))
+    tensors = [t for group in _qkv_parts_together(per_weight) for t in group]
     return tensors + _rope_tensors(graph, plan.limits.max_context)
+
+
+def _qkv_parts_together(per_weight: list[list[PendingTensor]]) -> list[list[PendingTensor]]:
+    """The tensors of each weight, except that a layer's q, k and v (listed one after the
+    other with the same parts) are written part by part: q's values, k's, v's, then their
+    scales. Each part of the three then lies back to back in the file (where their sizes
+    are whole multiples of the alignment), and the model can read the three as one matrix
+    (plan.qkv_fusable), as it reads q_bias, k_bias and v_bias, already in a row."""
+    out: list[list[PendingTensor]] = []
+    i = 0
+    while i < len(per_weight):
+        trio = per_weight[i:i + 3]
+        names = [_weight_name(g[0].name, len(g)) for g in trio]
+        base = names[0].rsplit(".", 1)[0]
+        if names == [f"{base}.{r}" for r in "qkv"] and len({len(g) for g in trio}) == 1:
+            out.append([t for parts in zip(*trio, strict=True) for t in parts])
+            i += 3
+        else:
+            out.append(per_weight[i])
+            i += 1
+    return out
+
+
+def _weight_name(tensor: str, parts: int) -> str:
+    """The weight a tensor stores (a packed weight's tensors are `name.part`)."""
+    return tensor if parts == 1 else tensor.rsplit(".", 1)[0]
 
 
 def _rope_tensors(graph: ModelGraph, ctx: int) -> list[PendingTensor]:

@@ -316,6 +316,25 @@ def weight_bytes(w: WeightSpec, formats: WeightFormats, target: Target) -> int:
                for _, dt, sh in part_layout(wdtype, n_out, k, matmul_layout(target, wdtype)))
 
 
+def qkv_fusable(target: Target, formats: WeightFormats, q_dim: int, kv_dim: int,
+                hybrid: bool) -> bool:
+    """Whether a one-row decode step takes q, k and v in one gemv (the plan's "qkv_gemv",
+    over the three matrices where the artifact holds them back to back: pending_tensors
+    writes each part of the three in a row, and the model checks at load that they are):
+    the cpu target's dense models, q, k and v in one format, and in the panels layout whole
+    panels each. One call instead of three: a gemv call's fixed cost (the thread pool's fork
+    and join, x quantized, the streams' start) weighs most on the small k and v matrices.
+    The kernel computes every column as the three gemvs do (same bits; test)."""
+    from ninfer.quantize.weight_formats import PANEL
+
+    if target.is_cuda or hybrid:
+        return False
+    fmt = formats.wdtype("q")
+    if formats.wdtype("k") != fmt or formats.wdtype("v") != fmt:
+        return False
+    return matmul_layout(target, fmt) == "rows" or (q_dim % PANEL == 0 and kv_dim % PANEL == 0)
+
+
 def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
               weights: WeightFormats | None = None, gemv_streams: int = 0,
               x_bf16: bool = True) -> Plan:
@@ -459,6 +478,10 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
         kernels[f"{role}_gemm"] = _matmul(k, n, b, "gemm", role)
     if not graph.traits.qk_norm:
         del kernels["head_norm"]
+    # (its output: the gu buffer's rows, unused until the MLP)
+    if (qkv_fusable(target, weights, q_dim, kv_dim, hybrid is not None)
+            and q_dim + 2 * kv_dim <= buffers["gu"] * limits.prefill_chunk):
+        kernels["qkv_gemv"] = _matmul(h, q_dim + 2 * kv_dim, bias, "gemv", "q")
     if hybrid:
         t = hybrid
         kernels |= {

@@ -657,3 +657,49 @@ def test_row_kernels_give_the_same_bits_serial_or_parallel(monkeypatch: pytest.M
                 ref = reference(spec, *ins[:-1])
                 err = np.linalg.norm(outs["default"][-1] - ref) / np.linalg.norm(ref)
                 assert err <= TOL, f"{spec.name()} n={n}: relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("wdtype", ["float32", "f16", "bf16+x", "q8g32", "q4g64", "q4g128"])
+@pytest.mark.parametrize("streams", [0, 1])
+def test_fused_qkv_gemv_gives_the_three_gemvs_bits(wdtype: str, streams: int) -> None:
+    """A one-row decode step computes q, k and v in one gemv over the three matrices laid
+    back to back (plan.qkv_fusable; the artifact writes each part of the three in a row):
+    its columns are bitwise the separate q, k and v gemvs' (one row), and the rows those
+    compute among others (a gemv of 3 rows, a gemm of 6), so a sequence's tokens do not
+    depend on whether the fused call served them."""
+    from ninfer.quantize import weight_formats as quant
+
+    wdtype, _, x_mode = wdtype.partition("+")
+    layout = "rows" if quant.format_info(wdtype).quantized else "panels"
+    k, dims = 256, {"q": 128, "k": 64, "v": 64}
+
+    def spec(n_out: int, schedule: str = "gemv") -> MatmulSpec:
+        return MatmulSpec(k=k, n_out=n_out, bias=True, schedule=schedule,  # type: ignore[arg-type]
+                          wdtype=wdtype, layout=layout, streams=streams if schedule == "gemv"
+                          else 0, x_bf16=x_mode == "x")
+
+    fused = spec(sum(dims.values()))
+    singles = {r: spec(d) for r, d in dims.items()}
+    gemms = {r: spec(d, "gemm") for r, d in dims.items()}
+    ex = build_cpu_module([fused, *singles.values(), *gemms.values()])
+    rng = np.random.default_rng(11)
+    packed = {r: quant.pack((rng.standard_normal((d, k)) * 0.05).astype(np.float32), wdtype,
+                            layout) for r, d in dims.items()}
+    bias = {r: rng.standard_normal(d).astype(np.float32) for r, d in dims.items()}
+    # the three back to back, part by part (rows, or whole panels, along axis 0)
+    joined = [np.concatenate([packed[r][p] for r in dims]) for p in packed["q"]]
+    x = rng.standard_normal((6, k)).astype(np.float32)
+
+    def run(s: MatmulSpec, parts: list[np.ndarray], b: np.ndarray, rows: np.ndarray
+            ) -> np.ndarray:
+        out = tvm.runtime.tensor(np.full((len(rows), s.n_out), np.nan, np.float32))
+        ex[s.name()](tvm.runtime.tensor(rows), *(tvm.runtime.tensor(p) for p in parts),
+                     tvm.runtime.tensor(b), out)
+        return out.numpy()
+
+    got = run(fused, joined, np.concatenate(list(bias.values())), x[:1])
+    assert np.isfinite(got).all()
+    for s_map, rows in ((singles, x[:1]), (singles, x[:3]), (gemms, x)):
+        want = np.concatenate([run(s_map[r], list(packed[r].values()), bias[r], rows)[:1]
+                               for r in dims], axis=1)
+        assert np.array_equal(got, want), f"{wdtype} streams={streams}: {len(rows)} rows"

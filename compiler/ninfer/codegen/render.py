@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sysconfig
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from ninfer.codegen.backend import Backend
 from ninfer.codegen.stubs import kv_parts, make_stub, weight_parts
 from ninfer.frontend.graph import ModelGraph
 from ninfer.frontend.hybrid import LINEAR, HybridTraits
+from ninfer.kernels.spec import KernelSpec, MatmulSpec
 from ninfer.paths import RUNTIME_DIR, TEMPLATES_DIR
 from ninfer.plan import Plan
 from ninfer.targets import Target
@@ -34,6 +36,20 @@ GENERATED_FILES = {
 class GeneratedTree:
     directory: Path
     files: tuple[Path, ...]
+
+
+def _row_elems(spec: KernelSpec) -> list[int]:
+    """Elements of each stored part of a matmul weight per output row (whole rows, or
+    whole panels of PANEL columns: plan.qkv_fusable)."""
+    if not isinstance(spec, MatmulSpec):
+        raise TypeError(f"{spec.name()} is not a matmul")
+    out = []
+    for part in weight_parts("q", spec):
+        total = math.prod(part.shape)
+        if total % spec.n_out:
+            raise ValueError(f"{spec.name()}: part {part.arg} is not whole output rows")
+        out.append(total // spec.n_out)
+    return out
 
 
 def _environment() -> jinja2.Environment:
@@ -100,6 +116,10 @@ def render_tree(graph: ModelGraph, plan: Plan, target: Target, model_id: str,
         "wparts": {role: weight_parts(role, plan.kernels[f"{role}_gemv"])
                    for role in plan.matmul_roles},
         "layer_roles": [r for r in plan.matmul_roles if r not in ("lm_head", "mtp_fc")],
+        # per stored part of q (and k, v): elements per output row, where the three are
+        # read as one matrix (plan.qkv_fusable)
+        "qkv_row_elems": _row_elems(plan.kernels["q_gemv"]) if "qkv_gemv" in plan.kernels
+        else [],
         "mtp": plan.limits.spec == "mtp",
         "mtp_sparse": plan.limits.spec == "mtp" and any(
             w.name == "mtp.layers.0.router" for w in graph.weights),
