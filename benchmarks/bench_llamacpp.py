@@ -32,7 +32,12 @@ roofline.probe_bytes(0)) is taken before the first window and after every window
 best window is set against the better of the two beside it. This VM's bandwidth moves
 between two levels in spells of seconds to minutes (RESULTS, sessions 12-31); probes
 before and after a whole run (~10 s) often caught a spell the timed window did not, or
-the other way round (fractions of 49-102% in one table, session 31). Each prefill figure
+the other way round (fractions of 49-102% in one table, session 31). Those levels are
+where the VM puts its two vCPUs (RESULTS session 32: SMT siblings of one core, two cores
+of one CCD, two CCDs, told apart by a cache-line round trip between them,
+placement_probe.c); with two threads each probe also names the placement right before and
+after it, and "pl" sets the best window of a known placement (the probes on both sides of
+it agree) against the median probe of that placement in its run. Each prefill figure
 is printed with the fraction of the FMA peak (2 x parameters read x tokens/s / peak).
 
 `--model qwen35`: the ~0.5B Qwen3.5 hybrid of ninfer.bench.checkpoints (18 Gated DeltaNet
@@ -81,6 +86,10 @@ class Rates:
     note: str = ""
     eval_decode: float = 0.0  # llama.cpp only: the same decode through Llama.eval
     window_gbps: float = 0.0  # read bandwidth probed beside the best decode window (_measure)
+    # the best decode window of a known placement of the VM's threads (placement_probe.c)
+    # and the median read probe of the run in that placement (_measure)
+    placed_decode: float = 0.0
+    placed_gbps: float = 0.0
 
 
 # ------------------------------------------------------------------ setup
@@ -180,26 +189,66 @@ def export_all(ckpt: Path, qtypes: list[str], hybrid: bool = False,
 # ------------------------------------------------------------------ timing (worker processes)
 
 
-def window_probe(threads: int) -> Callable[[], float]:
+# Placements of a 2-core VM's two threads by a cache-line round trip between them, ns
+# (bench_placement.py): SMT siblings of one core, two cores of one CCD, two CCDs
+PLACES = (("smt", 110.0), ("ccd", 350.0), ("far", float("inf")))
+PLACEMENT_SOURCE = Path(__file__).with_name("placement_probe.c")
+
+
+def placement_binary() -> Path:
+    """placement_probe.c compiled for this host (rebuilt when the source changes)."""
+    import hashlib
+    import shutil
+
+    src = PLACEMENT_SOURCE.read_bytes()
+    exe = bench_dir() / f"placement-{hashlib.sha256(src).hexdigest()[:12]}"
+    if not exe.exists():
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            raise SystemExit("no C compiler (cc) for placement_probe.c")
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        tmp = exe.with_suffix(".tmp")
+        subprocess.run([cc, "-O2", "-march=native", "-pthread", "-o", str(tmp),
+                        str(PLACEMENT_SOURCE)], check=True)
+        tmp.rename(exe)
+    return exe
+
+
+def placement(rtt_ns: float) -> str:
+    return next(name for name, limit in PLACES if rtt_ns < limit)
+
+
+def window_probe(threads: int) -> Callable[[], tuple[float, str, str]]:
     """A short read probe for between decode windows: GB/s of the best read pattern
     (ninfer.roofline, huge pages, each pattern once) over roofline.probe_bytes(0) (four
-    times the last-level cache, at least 256 MB; ~0.5 s here)."""
+    times the last-level cache, at least 256 MB; ~0.5 s here), with the placement of the
+    threads (PLACES) right before and after it ("" where there are not two CPUs to ask)."""
     from ninfer.roofline import probe_bytes, read_patterns
 
     nbytes = probe_bytes(0)
+    exe = placement_binary() if threads == 2 and (os.cpu_count() or 1) >= 2 else None
 
-    def probe() -> float:
+    def where() -> str:
+        if exe is None:
+            return ""
+        out = subprocess.run([str(exe), "rtt"], capture_output=True, text=True, check=True)
+        return placement(float(out.stdout))
+
+    def probe() -> tuple[float, str, str]:
         time.sleep(0.02)  # the engines' idle threads spin a little after a step; let them park
-        return max(read_patterns(nbytes, threads, 1, huge=True).values())
+        before = where()
+        gbps = max(read_patterns(nbytes, threads, 1, huge=True).values())
+        return gbps, before, where()
 
     return probe
 
 
 def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], None],
              n_dec: int, repeats: int, prefill: bool = True,
-             probe: Callable[[], float] | None = None) -> tuple[float, float, float]:
-    """(decode tok/s, prefill tok/s, the decode's local read GB/s), best of `repeats`;
-    forward(ids, pos).
+             probe: Callable[[], float | tuple[float, str, str]] | None = None
+             ) -> tuple[float, float, float, tuple[float, float]]:
+    """(decode tok/s, prefill tok/s, the decode's local read GB/s, (decode tok/s, GB/s) of
+    its placement), best of `repeats`; forward(ids, pos).
 
     Decode is timed in windows of DECODE_WINDOW steps and the best window counts: on a
     machine shared with other work, one descheduled thread stalls every step it takes
@@ -207,30 +256,48 @@ def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], No
     between such bursts. On a quiet machine the windows agree with the whole run. With a
     `probe`, it runs before each repeat's first window and after every window (outside the
     timing), and the best window's local bandwidth is the better of the two beside it.
+    Where the probe also names the placement of the threads before and after it (gbps,
+    before, after), a window between two probes that name the same placement is in it,
+    as is a probe whose two ends agree; the last pair is the best window of a placement
+    that some probe of the run saw, with the median of those probes.
     """
     reset()
     forward(PROMPT[:32], 0)  # warm up
     dec = pre = dec_bw = 0.0
+    windows: list[tuple[float, str]] = []
+    probes: dict[str, list[float]] = {}
+
+    def take() -> tuple[float, str, str]:
+        got = probe() if probe else 0.0
+        gbps, first, last = got if isinstance(got, tuple) else (got, "", "")
+        if first and first == last:
+            probes.setdefault(first, []).append(gbps)
+        return gbps, first, last
+
     for _ in range(repeats):
         reset()
         forward(PROMPT[:DECODE_CONTEXT], 0)
-        before = probe() if probe else 0.0
+        before = take()
         for w in range(0, n_dec, DECODE_WINDOW):
             steps = min(DECODE_WINDOW, n_dec - w)
             t0 = time.perf_counter()
             for i in range(w, w + steps):
                 forward([7], DECODE_CONTEXT + i)
             rate = steps / (time.perf_counter() - t0)
-            after = probe() if probe else 0.0
+            after = take()
             if rate > dec:
-                dec, dec_bw = rate, max(before, after)
+                dec, dec_bw = rate, max(before[0], after[0])
+            if before[2] and before[2] == after[1]:
+                windows.append((rate, before[2]))
             before = after
+    placed = max(((rate, statistics.median(probes[where])) for rate, where in windows
+                  if where in probes), default=(0.0, 0.0))
     for _ in range(repeats if prefill else 0):
         reset()
         t0 = time.perf_counter()
         forward(PROMPT, 0)
         pre = max(pre, len(PROMPT) / (time.perf_counter() - t0))
-    return dec, pre, dec_bw
+    return dec, pre, dec_bw, placed
 
 
 def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> Rates:
@@ -258,7 +325,8 @@ def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> R
     def clear() -> None:
         lc.llama_memory_clear(memory, True)
 
-    dec, pre, dec_bw = _measure(decode, clear, n_dec, repeats, probe=window_probe(threads))
+    dec, pre, dec_bw, placed = _measure(decode, clear, n_dec, repeats,
+                                        probe=window_probe(threads))
 
     def through_eval(ids: list[int], pos: int) -> None:
         assert pos == llm.n_tokens
@@ -268,9 +336,9 @@ def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> R
         llm.reset()
         clear()
 
-    eval_dec, _, _ = _measure(through_eval, reset, n_dec, repeats, prefill=False)
+    eval_dec, _, _, _ = _measure(through_eval, reset, n_dec, repeats, prefill=False)
     return Rates(dec, pre, weight_bytes_per_token(gguf_path), eval_decode=eval_dec,
-                 window_gbps=dec_bw)
+                 window_gbps=dec_bw, placed_decode=placed[0], placed_gbps=placed[1])
 
 
 def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -> Rates:
@@ -289,15 +357,16 @@ def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -
                                           kv_dtype="f16"))
     engine = load_engine(out, threads=threads)
     # engine.forward(ids, pos) overwrites the KV cache from pos on: nothing to reset
-    dec, pre, dec_bw = _measure(engine.forward, lambda: None, n_dec, repeats,
-                                probe=window_probe(threads))
+    dec, pre, dec_bw, placed = _measure(engine.forward, lambda: None, n_dec, repeats,
+                                        probe=window_probe(threads))
     plan = result.report.plan.to_json()
     cfg = json.loads((ckpt / "config.json").read_text())
     embed = 0.0
     if not cfg.get("tie_word_embeddings"):
         embed = cfg["vocab_size"] * cfg["hidden_size"] * _bytes_per_weight(
             plan["weights"].get("embed", "f32"))
-    return Rates(dec, pre, plan["memory"]["weights_bytes"] - embed, window_gbps=dec_bw)
+    return Rates(dec, pre, plan["memory"]["weights_bytes"] - embed, window_gbps=dec_bw,
+                 placed_decode=placed[0], placed_gbps=placed[1])
 
 
 def _bytes_per_weight(fmt: str) -> float:
@@ -440,20 +509,22 @@ def main() -> None:
     print(f"bytes a decode step reads besides the weights (KV cache at context "
           f"{DECODE_CONTEXT + args.decode_tokens // 2}, recurrent state read and written): "
           f"{state / 1e6:.1f} MB, counted in GB/tok for both engines")
-    print(f"{'llama.cpp':<10}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'loc':>5}{'prefill':>9}"
-          f"{'of pk':>6}   {'ninfer':<7}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'loc':>5}"
-          f"{'prefill':>9}{'of pk':>6}   {'dec x':>6}{'pre x':>6}  per-round dec x")
+    print(f"{'llama.cpp':<10}{'GB/tok':>7}{'decode':>9}{'of bw':>6}{'loc':>5}{'pl':>5}"
+          f"{'prefill':>9}{'of pk':>6}   {'ninfer':<7}{'GB/tok':>7}{'decode':>9}{'of bw':>6}"
+          f"{'loc':>5}{'pl':>5}{'prefill':>9}{'of pk':>6}   {'dec x':>6}{'pre x':>6}  "
+          "per-round dec x")
 
     def cells(r: Rates | None, runs: list[Rates]) -> str:
         if r is None:
-            return f"{'(not run)':>48}"
+            return f"{'(not run)':>53}"
         if r.note:
-            return f"{'(' + r.note + ')':>48}"
+            return f"{'(' + r.note + ')':>53}"
         frac = (r.bytes_per_token + state) * r.decode / 1e9 / bw
         local = _local_fraction(runs, state)
+        placed = _placed_fraction(runs, state)
         flops = 2.0 * read * r.prefill / 1e9 / peak
         return (f"{(r.bytes_per_token + state) / 1e9:>7.3f}{r.decode:>7.1f}/s{frac:>6.0%}"
-                f"{local:>5.0%}{r.prefill:>7.0f}/s{flops:>6.0%}")
+                f"{local:>5.0%}{placed:>5.0%}{r.prefill:>7.0f}/s{flops:>6.0%}")
 
     for qtype, fmt, refs, ours in rows:
         ref, mine = _median(refs), _median(ours)
@@ -474,7 +545,10 @@ def main() -> None:
     print("ratios: ninfer / llama.cpp; of bw: bytes read per token x tokens/s / the best "
           "read bandwidth of the run; loc: the median over rounds of the same against the "
           "better of the two short probes taken right before and after the best decode "
-          "window; of pk: 2 x parameters read x tokens/s / FMA peak")
+          "window; pl: the median over rounds of the best decode window of a known placement "
+          "of the two threads (SMT siblings, one CCD, two CCDs: a cache-line round trip "
+          "before and after it) against the median probe of that placement in its run; of "
+          "pk: 2 x parameters read x tokens/s / FMA peak")
 
 
 def _local_fraction(runs: list[Rates], state: float) -> float:
@@ -482,6 +556,15 @@ def _local_fraction(runs: list[Rates], state: float) -> float:
     bandwidth probed beside the best decode window), failed runs left out."""
     fracs = [(r.bytes_per_token + state) * r.decode / 1e9 / r.window_gbps
              for r in runs if not r.note and r.window_gbps > 0]
+    return statistics.median(fracs) if fracs else 0.0
+
+
+def _placed_fraction(runs: list[Rates], state: float) -> float:
+    """The median over runs of the best decode window of a known placement (GB/s read:
+    weights and `state` bytes a token) / the median read probe of that placement in the
+    run (_measure), runs without one left out."""
+    fracs = [(r.bytes_per_token + state) * r.placed_decode / 1e9 / r.placed_gbps
+             for r in runs if not r.note and r.placed_gbps > 0]
     return statistics.median(fracs) if fracs else 0.0
 
 

@@ -24,36 +24,15 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
 import json
-import shutil
 import statistics
 import subprocess
 import time
-from pathlib import Path
 
 import bench_llamacpp as bench
 import profile_decode
 
-SOURCE = Path(__file__).with_name("placement_probe.c")
 WINDOW = 16
-PLACES = (("smt", 110.0), ("ccd", 350.0), ("far", float("inf")))  # round trip below, ns
-
-
-def probe_binary() -> Path:
-    src = SOURCE.read_bytes()
-    exe = bench.bench_dir() / f"placement-{hashlib.sha256(src).hexdigest()[:12]}"
-    if not exe.exists():
-        cc = shutil.which("cc") or shutil.which("gcc")
-        if cc is None:
-            raise SystemExit("no C compiler (cc) for placement_probe.c")
-        subprocess.run([cc, "-O2", "-march=native", "-pthread", "-o", str(exe), str(SOURCE)],
-                       check=True)
-    return exe
-
-
-def place(rtt_ns: float) -> str:
-    return next(name for name, limit in PLACES if rtt_ns < limit)
 
 
 def main() -> None:
@@ -63,7 +42,7 @@ def main() -> None:
     args = ap.parse_args()
     from ninfer.runtime.engine import load_engine
 
-    exe = probe_binary()
+    exe = bench.placement_binary()
     build = profile_decode._build("qwen3", args.format)
     report = json.loads((build / "compile_report.json").read_text())
     ckpt = bench.bench_dir() / "qwen3-0.5b"
@@ -91,16 +70,16 @@ def main() -> None:
             engine.forward([5 + i], pos + i)
         rate = WINDOW / (time.perf_counter() - t0)
         (after,) = run("rtt")
-        if place(before) == place(after):
+        if bench.placement(before) == bench.placement(after):
             gb = (weights + bench.state_bytes_per_token(cfg, pos + WINDOW / 2)) / 1e9
-            windows[place(before)].append((rate, rate * gb))
+            windows[bench.placement(before)].append((rate, rate * gb))
         pos += WINDOW
         before, gbps, after = run("read", "256")
-        if place(before) == place(after):
-            probes[place(before)].append(gbps)
+        if bench.placement(before) == bench.placement(after):
+            probes[bench.placement(before)].append(gbps)
     print(f"qwen3 0.5B {args.format}, {args.seconds:.0f} s of {WINDOW}-step windows and "
           f"256 MB read probes, 2 threads")
-    for name, _ in PLACES:
+    for name, _ in bench.PLACES:
         w, p = windows.get(name, []), probes.get(name, [])
         line = f"{name}: {len(w)} windows"
         if w:

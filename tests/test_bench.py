@@ -406,13 +406,28 @@ def test_bench_sets_the_best_decode_window_against_the_probes_beside_it(monkeypa
             now[0] += 0.25
 
     probes = iter([30.0, 31.0, 20.0, 33.0, 34.0])  # before window 0, then after each
-    dec, pre, bw = bench._measure(forward, lambda: None, 4 * bench.DECODE_WINDOW, 1,
-                                  probe=lambda: next(probes))
+    dec, pre, bw, placed = bench._measure(forward, lambda: None, 4 * bench.DECODE_WINDOW, 1,
+                                          probe=lambda: next(probes))
     assert dec == bench.DECODE_WINDOW / 0.5 and pre == len(bench.PROMPT) / 0.25
     assert bw == 31.0  # window 1: probes 31 before it, 20 after it
+    assert placed == (0.0, 0.0)  # probes that name no placement
     run = bench.Rates(dec, pre, 1e9, window_gbps=bw)
     failed = bench.Rates(0.0, 0.0, 0.0, note="failed")
     assert bench._local_fraction([run, failed], 0.0) == dec / 31.0
+
+    # "pl": probes that name the threads' placement before and after them. A window lies in
+    # a placement where the probes on both sides agree on it (windows 0: smt, 3: ccd;
+    # 1 and 2 straddle a move); a probe counts for a placement where its own two ends agree.
+    now[0] = 0.0
+    window_cost[3] = 0.8
+    probes = iter([(30.0, "smt", "smt"), (31.0, "smt", "smt"), (50.0, "far", "far"),
+                   (33.0, "smt", "ccd"), (34.0, "ccd", "ccd")])
+    dec, _, bw, placed = bench._measure(forward, lambda: None, 4 * bench.DECODE_WINDOW, 1,
+                                        probe=lambda: next(probes))
+    assert dec == bench.DECODE_WINDOW / 0.5 and bw == 50.0  # window 1, unplaced
+    assert placed == pytest.approx((bench.DECODE_WINDOW / 0.8, 34.0))  # window 3, ccd probe
+    run = bench.Rates(dec, 0.0, 1e9, placed_decode=placed[0], placed_gbps=placed[1])
+    assert bench._placed_fraction([run, failed], 0.0) == placed[0] / 34.0
 
 
 def test_ab_variant_sets_kernel_attributes_and_restores_them():
