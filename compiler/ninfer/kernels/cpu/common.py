@@ -11,6 +11,7 @@ import functools
 from pathlib import Path
 
 from tvm import tirx
+from tvm.script import tirx as T
 from tvm.script.ir_builder import tirx as irb
 
 from . import tvmscript
@@ -32,9 +33,22 @@ SERIAL_BYTES = 32 << 10
 
 def serial_rows(row_bytes: int) -> int:
     """The most rows of `row_bytes` each that a row-wise kernel runs without a parallel
-    loop (see SERIAL_BYTES; read when the kernel is built). The kernels expand their row
-    body (a macro) in both loops: `if n <= serial_rows(..)`, a serial loop, else parallel."""
+    loop (see SERIAL_BYTES; read when the kernel is built): for_rows' limit."""
     return SERIAL_BYTES // row_bytes
+
+
+@T.macro
+def for_rows(n, limit, row, bufs):
+    """`row(bufs, i)` for i in 0..n-1: on the calling thread where n <= limit (see
+    serial_rows), else in a parallel loop; `row` is the kernel's row macro and `bufs` the
+    buffers it takes, a tuple. Both loops expand the same body, so a row's bits do not
+    depend on which one ran it."""
+    if n <= limit:
+        for i in range(n):
+            row(bufs, i)
+    else:
+        for i in T.parallel(n):
+            row(bufs, i)
 
 
 @functools.cache

@@ -22,7 +22,7 @@ from ..spec import (
     SigmoidGateSpec,
     SiluMulSpec,
 )
-from .common import F32, VECTOR_LANES, f32, fast_exp, hsum, i64, scratch, serial_rows
+from .common import F32, VECTOR_LANES, f32, fast_exp, for_rows, hsum, i64, scratch, serial_rows
 
 VW = VECTOR_LANES
 
@@ -33,7 +33,8 @@ def embedding(spec: EmbeddingSpec) -> tirx.PrimFunc:
     SERIAL = serial_rows(8 * H)
 
     @T.macro
-    def row(ids, table, out, i):
+    def row(bufs, i):
+        ids, table, out = bufs
         r = T.bind(T.max(T.min(T.Cast("int64", ids[i]), i64(V - 1)), i64(0)))
         for c in range(HV):
             for v in T.vectorized(VW):
@@ -48,12 +49,7 @@ def embedding(spec: EmbeddingSpec) -> tirx.PrimFunc:
         ids = T.match_buffer(ids_h, (n,), "int32")
         table = T.match_buffer(table_h, (i64(V), i64(H)), F32)
         out = T.match_buffer(out_h, (n, i64(H)), F32)
-        if n <= SERIAL:
-            for i in range(n):
-                row(ids, table, out, i)
-        else:
-            for i in T.parallel(n):
-                row(ids, table, out, i)
+        for_rows(n, SERIAL, row, (ids, table, out))
 
     return kernel
 
@@ -65,7 +61,8 @@ def rmsnorm(spec: RMSNormSpec) -> tirx.PrimFunc:
     SERIAL = serial_rows(8 * H)
 
     @T.macro
-    def row(x, w, out, i):
+    def row(bufs, i):
+        x, w, out = bufs
         acc = scratch((VW,))
         sumsq = scratch((1,))
         for v in T.vectorized(VW):
@@ -90,12 +87,7 @@ def rmsnorm(spec: RMSNormSpec) -> tirx.PrimFunc:
         x = T.match_buffer(x_h, (n, i64(H)), F32)
         w = T.match_buffer(w_h, (i64(H),), F32)
         out = T.match_buffer(out_h, (n, i64(H)), F32)
-        if n <= SERIAL:
-            for i in range(n):
-                row(x, w, out, i)
-        else:
-            for i in T.parallel(n):
-                row(x, w, out, i)
+        for_rows(n, SERIAL, row, (x, w, out))
 
     return kernel
 
@@ -108,7 +100,8 @@ def rope(spec: RopeSpec) -> tirx.PrimFunc:
     SERIAL = serial_rows(8 * D)  # (row, head) pairs
 
     @T.macro
-    def head(x, pos, cos, sin, out, ih):
+    def head(bufs, ih):
+        x, pos, cos, sin, out = bufs
         i = T.bind(ih // NH)
         h = T.bind(ih % NH)
         p = T.bind(T.max(T.min(T.Cast("int64", pos[i]), i64(P - 1)), i64(0)))
@@ -138,12 +131,7 @@ def rope(spec: RopeSpec) -> tirx.PrimFunc:
         cos = T.match_buffer(cos_h, (i64(P), i64(half)), F32)
         sin = T.match_buffer(sin_h, (i64(P), i64(half)), F32)
         out = T.match_buffer(out_h, (n, i64(NH), i64(D)), F32)
-        if n * NH <= SERIAL:
-            for ih in range(n * NH):
-                head(x, pos, cos, sin, out, ih)
-        else:
-            for ih in T.parallel(n * NH):
-                head(x, pos, cos, sin, out, ih)
+        for_rows(n * NH, SERIAL, head, (x, pos, cos, sin, out))
 
     return kernel
 
@@ -157,7 +145,8 @@ def silu_mul(spec: SiluMulSpec) -> tirx.PrimFunc:
         return a / (f32(1.0) + fast_exp(f32(0.0) - a)) * b
 
     @T.macro
-    def row(gu, out, i):
+    def row(bufs, i):
+        gu, out = bufs
         for c in range(IV):
             for v in T.vectorized(VW):
                 out[i, c * VW + v] = silu_times(gu[i, c * VW + v], gu[i, c * VW + v + inter])
@@ -170,12 +159,7 @@ def silu_mul(spec: SiluMulSpec) -> tirx.PrimFunc:
         n = T.int64()
         gu = T.match_buffer(gu_h, (n, i64(2 * inter)), F32)
         out = T.match_buffer(out_h, (n, i64(inter)), F32)
-        if n <= SERIAL:
-            for i in range(n):
-                row(gu, out, i)
-        else:
-            for i in T.parallel(n):
-                row(gu, out, i)
+        for_rows(n, SERIAL, row, (gu, out))
 
     return kernel
 
@@ -189,7 +173,8 @@ def sigmoid_gate(spec: SigmoidGateSpec) -> tirx.PrimFunc:
         return a / (f32(1.0) + fast_exp(f32(0.0) - g))
 
     @T.macro
-    def row(x, gate, out, i):
+    def row(bufs, i):
+        x, gate, out = bufs
         for c in range(WV):
             for v in T.vectorized(VW):
                 out[i, c * VW + v] = gated(x[i, c * VW + v], gate[i, c * VW + v])
@@ -203,12 +188,7 @@ def sigmoid_gate(spec: SigmoidGateSpec) -> tirx.PrimFunc:
         x = T.match_buffer(x_h, (n, i64(W)), F32)
         gate = T.match_buffer(g_h, (n, i64(W)), F32)
         out = T.match_buffer(out_h, (n, i64(W)), F32)
-        if n <= SERIAL:
-            for i in range(n):
-                row(x, gate, out, i)
-        else:
-            for i in T.parallel(n):
-                row(x, gate, out, i)
+        for_rows(n, SERIAL, row, (x, gate, out))
 
     return kernel
 
@@ -219,7 +199,8 @@ def add(spec: AddSpec) -> tirx.PrimFunc:
     SERIAL = serial_rows(12 * H)
 
     @T.macro
-    def row(a, b, out, i):
+    def row(bufs, i):
+        a, b, out = bufs
         for c in range(HV):
             for v in T.vectorized(VW):
                 out[i, c * VW + v] = a[i, c * VW + v] + b[i, c * VW + v]
@@ -233,12 +214,7 @@ def add(spec: AddSpec) -> tirx.PrimFunc:
         a = T.match_buffer(a_h, (n, i64(H)), F32)
         b = T.match_buffer(b_h, (n, i64(H)), F32)
         out = T.match_buffer(out_h, (n, i64(H)), F32)
-        if n <= SERIAL:
-            for i in range(n):
-                row(a, b, out, i)
-        else:
-            for i in T.parallel(n):
-                row(a, b, out, i)
+        for_rows(n, SERIAL, row, (a, b, out))
 
     return kernel
 
@@ -249,7 +225,8 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
     SERIAL = serial_rows(8 * W)
 
     @T.macro
-    def row(x, rows, out, i):
+    def row(bufs, i):
+        x, rows, out = bufs
         r = T.bind(T.Cast("int64", rows[i]))
         if r >= i64(0) and r < i64(R):
             for c in range(WV):
@@ -265,11 +242,6 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
         x = T.match_buffer(x_h, (n, i64(W)), F32)
         rows = T.match_buffer(rows_h, (n,), "int32")
         out = T.match_buffer(out_h, (i64(R), i64(W)), F32)
-        if n <= SERIAL:
-            for i in range(n):
-                row(x, rows, out, i)
-        else:
-            for i in T.parallel(n):
-                row(x, rows, out, i)
+        for_rows(n, SERIAL, row, (x, rows, out))
 
     return kernel

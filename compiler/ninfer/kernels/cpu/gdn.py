@@ -37,7 +37,17 @@ from tvm.script import tirx as T
 
 from ..spec import GdnConvSpec, GdnGateSpec, GdnNormSpec, GdnRecurrentSpec
 from ..spec_hybrid import GDN_CHUNK_MIN_ROWS
-from .common import F32, VECTOR_LANES, f32, fast_exp, fast_log1p, i64, scratch, serial_rows
+from .common import (
+    F32,
+    VECTOR_LANES,
+    f32,
+    fast_exp,
+    fast_log1p,
+    for_rows,
+    i64,
+    scratch,
+    serial_rows,
+)
 
 VW = VECTOR_LANES
 EPS_L2 = 1e-6
@@ -397,7 +407,8 @@ def gdn_gate(spec: GdnGateSpec) -> tirx.PrimFunc:
     SERIAL = serial_rows(16 * H)
 
     @T.macro
-    def row(ba, A_log, dt_bias, out, i):
+    def row(bufs, i):
+        ba, A_log, dt_bias, out = bufs
         for h in range(H):
             y = T.bind(ba[i, H + h] + dt_bias[h])
             sp = T.bind(T.max(y, f32(0.0)) + fast_log1p(fast_exp(f32(0.0) - T.fabs(y))))
@@ -412,12 +423,7 @@ def gdn_gate(spec: GdnGateSpec) -> tirx.PrimFunc:
         A_log = T.match_buffer(al_h, (i64(H),), F32)
         dt_bias = T.match_buffer(dt_h, (i64(H),), F32)
         out = T.match_buffer(o_h, (n, i64(2 * H)), F32)
-        if n <= SERIAL:
-            for i in range(n):
-                row(ba, A_log, dt_bias, out, i)
-        else:
-            for i in T.parallel(n):
-                row(ba, A_log, dt_bias, out, i)
+        for_rows(n, SERIAL, row, (ba, A_log, dt_bias, out))
 
     return kernel
 
@@ -427,7 +433,8 @@ def gdn_norm(spec: GdnNormSpec) -> tirx.PrimFunc:
     SERIAL = serial_rows(12 * D)  # (row, head) pairs
 
     @T.macro
-    def head(o, z, w, out, t):
+    def head(bufs, t):
+        o, z, w, out = bufs
         i = T.bind(t // H)
         c0 = T.bind(t % H * D)
         ss = scratch((1,))
@@ -447,11 +454,6 @@ def gdn_norm(spec: GdnNormSpec) -> tirx.PrimFunc:
         z = T.match_buffer(z_h, (n, i64(H * D)), F32)
         w = T.match_buffer(w_h, (i64(D),), F32)
         out = T.match_buffer(out_h, (n, i64(H * D)), F32)
-        if n * H <= SERIAL:
-            for t in range(n * H):
-                head(o, z, w, out, t)
-        else:
-            for t in T.parallel(n * H):
-                head(o, z, w, out, t)
+        for_rows(n * H, SERIAL, head, (o, z, w, out))
 
     return kernel

@@ -25,6 +25,7 @@ from .common import (
     bf16_bits,
     bf16_float,
     f32,
+    for_rows,
     hmax,
     i64,
     scratch,
@@ -206,7 +207,8 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
                                            * inv, QMAX) << _i32(4)))
 
     @T.macro
-    def store_row(x, rows, i, out, sc):
+    def store_row(bufs, i):
+        x, rows, out, sc = bufs
         tok = T.bind(T.Cast("int64", rows[i]))
         if tok >= i64(0) and tok < i64(R):
             for hd in range(KVH):
@@ -224,12 +226,7 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
             rows = T.match_buffer(rows_h, (n,), "int32")
             out = T.match_buffer(out_h, (i64(R), i64(KVH), i64(DS)), fmt.storage)
             sc = T.match_buffer(sc_h, (i64(R), i64(KVH), i64(NG)), "float16")
-            if n <= SERIAL:
-                for i in range(n):
-                    store_row(x, rows, i, out, sc)
-            else:
-                for i in T.parallel(n):
-                    store_row(x, rows, i, out, sc)
+            for_rows(n, SERIAL, store_row, (x, rows, out, sc))
 
         return kernel
 
@@ -240,12 +237,7 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
         x = T.match_buffer(x_h, (n, i64(W)), F32)
         rows = T.match_buffer(rows_h, (n,), "int32")
         out = T.match_buffer(out_h, (i64(R), i64(KVH), i64(DS)), fmt.storage)
-        if n <= SERIAL:
-            for i in range(n):
-                store_row(x, rows, i, out, out)
-        else:
-            for i in T.parallel(n):
-                store_row(x, rows, i, out, out)
+        for_rows(n, SERIAL, store_row, (x, rows, out, out))
 
     return plain
 
