@@ -359,14 +359,19 @@ def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -
     # engine.forward(ids, pos) overwrites the KV cache from pos on: nothing to reset
     dec, pre, dec_bw, placed = _measure(engine.forward, lambda: None, n_dec, repeats,
                                         probe=window_probe(threads))
-    plan = result.report.plan.to_json()
+    return Rates(dec, pre, decode_weight_bytes(result.report.plan.to_json(), ckpt),
+                 window_gbps=dec_bw, placed_decode=placed[0], placed_gbps=placed[1])
+
+
+def decode_weight_bytes(plan: dict[str, Any], ckpt: Path) -> float:
+    """Weight bytes a decode step of a ninfer build reads: its memory plan's (Plan.to_json)
+    less an untied embedding table, of which a step reads one row."""
     cfg = json.loads((ckpt / "config.json").read_text())
     embed = 0.0
     if not cfg.get("tie_word_embeddings"):
         embed = cfg["vocab_size"] * cfg["hidden_size"] * _bytes_per_weight(
             plan["weights"].get("embed", "f32"))
-    return Rates(dec, pre, plan["memory"]["weights_bytes"] - embed, window_gbps=dec_bw,
-                 placed_decode=placed[0], placed_gbps=placed[1])
+    return float(plan["memory"]["weights_bytes"]) - embed
 
 
 def _bytes_per_weight(fmt: str) -> float:
@@ -522,9 +527,10 @@ def main() -> None:
         frac = (r.bytes_per_token + state) * r.decode / 1e9 / bw
         local = _local_fraction(runs, state)
         placed = _placed_fraction(runs, state)
+        pl = f"{placed:>5.0%}" if placed else f"{'-':>5}"  # no window of a known placement
         flops = 2.0 * read * r.prefill / 1e9 / peak
         return (f"{(r.bytes_per_token + state) / 1e9:>7.3f}{r.decode:>7.1f}/s{frac:>6.0%}"
-                f"{local:>5.0%}{placed:>5.0%}{r.prefill:>7.0f}/s{flops:>6.0%}")
+                f"{local:>5.0%}{pl}{r.prefill:>7.0f}/s{flops:>6.0%}")
 
     for qtype, fmt, refs, ours in rows:
         ref, mine = _median(refs), _median(ours)

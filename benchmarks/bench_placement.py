@@ -47,9 +47,7 @@ def main() -> None:
     report = json.loads((build / "compile_report.json").read_text())
     ckpt = bench.bench_dir() / "qwen3-0.5b"
     cfg = json.loads((ckpt / "config.json").read_text())
-    weights = report["plan"]["memory"]["weights_bytes"]
-    if not cfg.get("tie_word_embeddings"):
-        weights -= cfg["vocab_size"] * cfg["hidden_size"] * 4  # the f32 table: one row read
+    weights = bench.decode_weight_bytes(report["plan"], ckpt)
 
     def run(*a: str) -> list[float]:
         out = subprocess.run([str(exe), *a], capture_output=True, text=True, check=True)

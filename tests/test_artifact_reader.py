@@ -190,3 +190,28 @@ def test_server_refuses_a_damaged_artifact_at_start(reader: Path, tmp_path: Path
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.startswith(f"ninfer-server: error: {path}: target 'fake' profile hash")
+
+
+def test_q_k_and_v_are_written_part_by_part() -> None:
+    """A layer's q, k and v are written values, values, values, then scales, scales,
+    scales, so each part of the three lies back to back (plan.qkv_fusable's one gemv reads
+    them as one matrix); every other weight keeps its own parts together, and a q, k, v
+    whose part counts differ keep theirs."""
+    from ninfer.artifact import _qkv_parts_together
+
+    def weight(name: str, parts: tuple[str, ...] = ("values", "scales")) -> list[PendingTensor]:
+        if not parts:
+            return [PendingTensor(name, (1,), lambda: np.zeros(1))]
+        return [PendingTensor(f"{name}.{p}", (1,), lambda: np.zeros(1)) for p in parts]
+
+    groups = [weight("layers.0.input_norm", ()), weight("layers.0.q"), weight("layers.0.k"),
+              weight("layers.0.v"), weight("layers.0.q_bias", ()), weight("layers.0.o"),
+              weight("layers.1.q"), weight("layers.1.k", ()), weight("layers.1.v")]
+    names = [t.name for g in _qkv_parts_together(groups) for t in g]
+    assert names == [
+        "layers.0.input_norm",
+        "layers.0.q.values", "layers.0.k.values", "layers.0.v.values",
+        "layers.0.q.scales", "layers.0.k.scales", "layers.0.v.scales",
+        "layers.0.q_bias", "layers.0.o.values", "layers.0.o.scales",
+        "layers.1.q.values", "layers.1.q.scales", "layers.1.k",
+        "layers.1.v.values", "layers.1.v.scales"]
