@@ -37,7 +37,8 @@ where the VM puts its two vCPUs (RESULTS session 32: SMT siblings of one core, t
 of one CCD, two CCDs, told apart by a cache-line round trip between them,
 placement_probe.c); with two threads each probe also names the placement right before and
 after it, and "pl" sets the best window of a known placement (the probes on both sides of
-it agree) against the median probe of that placement in its run. Each prefill figure
+it agree) against the median probe of that placement in its run; a line per format
+after the table gives the same for each placement alone. Each prefill figure
 is printed with the fraction of the FMA peak (2 x parameters read x tokens/s / peak).
 
 `--model qwen35`: the ~0.5B Qwen3.5 hybrid of ninfer.bench.checkpoints (18 Gated DeltaNet
@@ -86,10 +87,9 @@ class Rates:
     note: str = ""
     eval_decode: float = 0.0  # llama.cpp only: the same decode through Llama.eval
     window_gbps: float = 0.0  # read bandwidth probed beside the best decode window (_measure)
-    # the best decode window of a known placement of the VM's threads (placement_probe.c)
-    # and the median read probe of the run in that placement (_measure)
-    placed_decode: float = 0.0
-    placed_gbps: float = 0.0
+    # per known placement of the VM's threads (placement_probe.c: PLACES) seen by both a
+    # decode window and a probe: [the best window's tokens/s, the median probe's GB/s]
+    placed: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ setup
@@ -246,9 +246,9 @@ def window_probe(threads: int) -> Callable[[], tuple[float, str, str]]:
 def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], None],
              n_dec: int, repeats: int, prefill: bool = True,
              probe: Callable[[], float | tuple[float, str, str]] | None = None
-             ) -> tuple[float, float, float, tuple[float, float]]:
-    """(decode tok/s, prefill tok/s, the decode's local read GB/s, (decode tok/s, GB/s) of
-    its placement), best of `repeats`; forward(ids, pos).
+             ) -> tuple[float, float, float, dict[str, list[float]]]:
+    """(decode tok/s, prefill tok/s, the decode's local read GB/s, {placement: [decode
+    tok/s, GB/s]}), best of `repeats`; forward(ids, pos).
 
     Decode is timed in windows of DECODE_WINDOW steps and the best window counts: on a
     machine shared with other work, one descheduled thread stalls every step it takes
@@ -258,8 +258,8 @@ def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], No
     timing), and the best window's local bandwidth is the better of the two beside it.
     Where the probe also names the placement of the threads before and after it (gbps,
     before, after), a window between two probes that name the same placement is in it,
-    as is a probe whose two ends agree; the last pair is the best window of a placement
-    that some probe of the run saw, with the median of those probes.
+    as is a probe whose two ends agree; the last item gives, for each placement that both
+    a window and a probe of the run saw, the best such window and the median such probe.
     """
     reset()
     forward(PROMPT[:32], 0)  # warm up
@@ -290,8 +290,10 @@ def _measure(forward: Callable[[list[int], int], object], reset: Callable[[], No
             if before[2] and before[2] == after[1]:
                 windows.append((rate, before[2]))
             before = after
-    placed = max(((rate, statistics.median(probes[where])) for rate, where in windows
-                  if where in probes), default=(0.0, 0.0))
+    placed: dict[str, list[float]] = {}
+    for rate, where in windows:
+        if where in probes and rate > placed.get(where, [0.0])[0]:
+            placed[where] = [rate, statistics.median(probes[where])]
     for _ in range(repeats if prefill else 0):
         reset()
         t0 = time.perf_counter()
@@ -338,7 +340,7 @@ def llamacpp_rates(gguf_path: Path, threads: int, n_dec: int, repeats: int) -> R
 
     eval_dec, _, _, _ = _measure(through_eval, reset, n_dec, repeats, prefill=False)
     return Rates(dec, pre, weight_bytes_per_token(gguf_path), eval_decode=eval_dec,
-                 window_gbps=dec_bw, placed_decode=placed[0], placed_gbps=placed[1])
+                 window_gbps=dec_bw, placed=placed)
 
 
 def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -> Rates:
@@ -360,7 +362,7 @@ def ninfer_rates(fmt: str, ckpt: Path, threads: int, n_dec: int, repeats: int) -
     dec, pre, dec_bw, placed = _measure(engine.forward, lambda: None, n_dec, repeats,
                                         probe=window_probe(threads))
     return Rates(dec, pre, decode_weight_bytes(result.report.plan.to_json(), ckpt),
-                 window_gbps=dec_bw, placed_decode=placed[0], placed_gbps=placed[1])
+                 window_gbps=dec_bw, placed=placed)
 
 
 def decode_weight_bytes(plan: dict[str, Any], ckpt: Path) -> float:
@@ -548,6 +550,10 @@ def main() -> None:
             cost = 1e6 / ref.eval_decode - 1e6 / ref.decode
             print(f"llama.cpp {qtype} through Llama.eval: {ref.eval_decode:.1f} tok/s "
                   f"({cost:+.0f} us per token against llama_decode)")
+    for qtype, fmt, refs, ours in rows:
+        print(f"pl by placement, {qtype} / {fmt} (rounds with a window there): " + "; ".join(
+            f"{name} " + " / ".join(_placed_cell(runs, state, name) for runs in (refs, ours))
+            for name, _ in PLACES))
     print("ratios: ninfer / llama.cpp; of bw: bytes read per token x tokens/s / the best "
           "read bandwidth of the run; loc: the median over rounds of the same against the "
           "better of the two short probes taken right before and after the best decode "
@@ -565,13 +571,22 @@ def _local_fraction(runs: list[Rates], state: float) -> float:
     return statistics.median(fracs) if fracs else 0.0
 
 
-def _placed_fraction(runs: list[Rates], state: float) -> float:
+def _placed_fraction(runs: list[Rates], state: float, where: str | None = None) -> float:
     """The median over runs of the best decode window of a known placement (GB/s read:
     weights and `state` bytes a token) / the median read probe of that placement in the
-    run (_measure), runs without one left out."""
-    fracs = [(r.bytes_per_token + state) * r.placed_decode / 1e9 / r.placed_gbps
-             for r in runs if not r.note and r.placed_gbps > 0]
+    run (_measure), runs without one left out. `where`: that placement's best window; None:
+    the best window of any placement."""
+    fracs = []
+    for r in runs:
+        got = r.placed.get(where) if where else max(r.placed.values(), default=None)
+        if not r.note and got:
+            fracs.append((r.bytes_per_token + state) * got[0] / 1e9 / got[1])
     return statistics.median(fracs) if fracs else 0.0
+
+
+def _placed_cell(runs: list[Rates], state: float, where: str) -> str:
+    n = sum(1 for r in runs if not r.note and where in r.placed)
+    return f"{_placed_fraction(runs, state, where):.0%} ({n})" if n else "-"
 
 
 def _median(runs: list[Rates]) -> Rates | None:

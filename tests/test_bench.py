@@ -410,7 +410,7 @@ def test_bench_sets_the_best_decode_window_against_the_probes_beside_it(monkeypa
                                           probe=lambda: next(probes))
     assert dec == bench.DECODE_WINDOW / 0.5 and pre == len(bench.PROMPT) / 0.25
     assert bw == 31.0  # window 1: probes 31 before it, 20 after it
-    assert placed == (0.0, 0.0)  # probes that name no placement
+    assert placed == {}  # probes that name no placement
     run = bench.Rates(dec, pre, 1e9, window_gbps=bw)
     failed = bench.Rates(0.0, 0.0, 0.0, note="failed")
     assert bench._local_fraction([run, failed], 0.0) == dec / 31.0
@@ -425,9 +425,18 @@ def test_bench_sets_the_best_decode_window_against_the_probes_beside_it(monkeypa
     dec, _, bw, placed = bench._measure(forward, lambda: None, 4 * bench.DECODE_WINDOW, 1,
                                         probe=lambda: next(probes))
     assert dec == bench.DECODE_WINDOW / 0.5 and bw == 50.0  # window 1, unplaced
-    assert placed == pytest.approx((bench.DECODE_WINDOW / 0.8, 34.0))  # window 3, ccd probe
-    run = bench.Rates(dec, 0.0, 1e9, placed_decode=placed[0], placed_gbps=placed[1])
-    assert bench._placed_fraction([run, failed], 0.0) == placed[0] / 34.0
+    assert sorted(placed) == ["ccd", "smt"]
+    assert placed["smt"] == pytest.approx([bench.DECODE_WINDOW / 1.0, 30.5])  # window 0
+    assert placed["ccd"] == pytest.approx([bench.DECODE_WINDOW / 0.8, 34.0])  # window 3
+    run = bench.Rates(dec, 0.0, 1e9, placed=placed)
+    # "pl": the best placed window (window 3, in ccd); by placement: each its own
+    assert bench._placed_fraction([run, failed], 0.0) == pytest.approx(
+        bench.DECODE_WINDOW / 0.8 / 34.0)
+    assert bench._placed_fraction([run, failed], 0.0, "smt") == pytest.approx(
+        bench.DECODE_WINDOW / 30.5)
+    assert bench._placed_fraction([run], 0.0, "far") == 0.0  # a probe there, no window
+    assert bench._placed_cell([run, failed], 0.0, "smt") == f"{bench.DECODE_WINDOW / 30.5:.0%} (1)"
+    assert bench._placed_cell([run], 0.0, "far") == "-"
 
 
 def test_ab_variant_sets_kernel_attributes_and_restores_them():
