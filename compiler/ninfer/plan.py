@@ -52,6 +52,10 @@ class PlanError(ValueError):
 # The KV pools' layout on the cpu target (kv_formats.KV_LAYOUTS; CUDA: "rows"): head-major
 # per block, so that a CPU attention thread walking one kv head reads a stream.
 CPU_KV_LAYOUT = "heads"
+# q8g32 weights on the cpu target in the "lanes" layout (quantize.weight_formats): the
+# kernels convert and scale a block's integer dots once per 16 groups instead of once per
+# two (RESULTS 2026-12-07, session 33); False keeps them by rows (the A/B benchmarks' switch)
+CPU_Q8_LANES = True
 
 MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head",
                 # hybrid models: the attention's output gate, the Gated DeltaNet projections
@@ -273,12 +277,18 @@ def weight_format(w: WeightSpec, formats: WeightFormats) -> str:
     return formats.of(role) if role else "f32"
 
 
-def matmul_layout(target: Target, wdtype: str) -> Literal["rows", "panels"]:
-    """Storage layout of a matmul weight (quantize.weight_formats): float weights for the
-    CPU are stored in 64-column panels (what kernels/cpu/matmul.py takes), the rest by rows."""
+def matmul_layout(target: Target, wdtype: str) -> Literal["rows", "panels", "lanes"]:
+    """Storage layout of a matmul weight (quantize.weight_formats): for the CPU, float
+    weights in 64-column panels (what kernels/cpu/matmul.py takes) and q8g32 with each
+    16-group block interleaved by group ("lanes", what kernels/cpu/qmatmul.py takes for
+    it); the rest by rows."""
     from ninfer.quantize.weight_formats import format_info
 
-    return "rows" if target.is_cuda or format_info(wdtype).quantized else "panels"
+    if target.is_cuda:
+        return "rows"
+    if format_info(wdtype).quantized:
+        return "lanes" if wdtype == "q8g32" and CPU_Q8_LANES else "rows"
+    return "panels"
 
 
 def matmul_spec(target: Target, k: int, n_out: int, bias: bool,
@@ -332,7 +342,7 @@ def qkv_fusable(target: Target, formats: WeightFormats, q_dim: int, kv_dim: int,
     fmt = formats.wdtype("q")
     if formats.wdtype("k") != fmt or formats.wdtype("v") != fmt:
         return False
-    return matmul_layout(target, fmt) == "rows" or (q_dim % PANEL == 0 and kv_dim % PANEL == 0)
+    return matmul_layout(target, fmt) != "panels" or (q_dim % PANEL == 0 and kv_dim % PANEL == 0)
 
 
 def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,

@@ -22,14 +22,17 @@ import numpy as np
 import pytest
 import tvm
 
+from ninfer import plan
 from ninfer.kernels import MatmulSpec, build_cpu_module, reference
 from ninfer.quantize import weight_formats as quant
+from ninfer.targets import load_target
 
 pytestmark = pytest.mark.unit
 
 TOL = 1e-5
-# "bf16+x": bf16 weights times x rounded to bf16 (MatmulSpec.x_bf16, the plan's default)
-FORMATS = ["f16", "bf16", "bf16+x", "q8g32", "q4g64", "q4g128"]
+# "bf16+x": bf16 weights times x rounded to bf16 (MatmulSpec.x_bf16, the plan's default);
+# q8g32 in the lanes layout (the plan's on the cpu target), "q8g32+rows" by rows
+FORMATS = ["f16", "bf16", "bf16+x", "q8g32", "q8g32+rows", "q4g64", "q4g128"]
 
 # (k, n_out) shapes per format: several groups, odd n_out (column tails of both
 # schedules), and k over several 1024-long k blocks with a partial last block.
@@ -39,7 +42,9 @@ SHAPES = {
     "bf16+x": [(201, 37), (2101, 74)],  # odd k: a last k step without its pair
     # 3 groups (a two-group step and a one-group step); 67 groups = 2 full blocks + 3 groups;
     # then k of whole k blocks (the model's shapes: no partial block)
+    # lanes: no whole 16-group block; 4 whole blocks + 3 groups; 4 whole blocks
     "q8g32": [(96, 37), (2144, 74), (2048, 19)],
+    "q8g32+rows": [(96, 37), (2144, 74), (2048, 19)],
     "q4g64": [(192, 37), (2240, 74), (1024, 19)],  # 3 groups; 35 groups
     "q4g128": [(384, 37), (2176, 74), (2048, 19)],  # 3 groups; 17 groups
 }
@@ -47,9 +52,10 @@ ROWS = [1, 3, 7, 33]
 
 
 def _spec(k: int, n_out: int, bias: bool, schedule: str, fmt: str) -> MatmulSpec:
-    """A matmul in the layout the CPU kernels take (panels for float formats)."""
+    """A matmul in the layout the CPU kernels take (panels for float formats, lanes for
+    q8g32 unless "+rows")."""
     fmt, _, x = fmt.partition("+")
-    layout = "rows" if quant.format_info(fmt).quantized else "panels"
+    layout = plan.matmul_layout(load_target("cpu"), fmt) if x != "rows" else "rows"
     return MatmulSpec(k, n_out, bias, schedule, fmt, layout,  # type: ignore[arg-type]
                       x_bf16=x == "x")
 
@@ -126,7 +132,7 @@ def test_rows_are_bitwise_the_same_in_gemv_and_gemm(kernels: tvm.runtime.Executa
     assert np.array_equal(_run(kernels, gemm, [x[5:12], *rest]), batched[5:12])
 
 
-@pytest.mark.parametrize("fmt", ["q8g32", "q4g64", "q4g128"])
+@pytest.mark.parametrize("fmt", ["q8g32", "q8g32+rows", "q4g64", "q4g128"])
 def test_every_group_dot_path_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch,
                                                   fmt: str) -> None:
     """vpdpbusd on zmm (AVX-512 VNNI), on two ymm halves (AVX-VNNI) and vpmaddubsw +
@@ -156,7 +162,8 @@ def test_every_group_dot_path_gives_the_same_bits(monkeypatch: pytest.MonkeyPatc
 # (5.4e-3 from the weights, the rest from rounding x to int8), q4g64 9.6e-2, q4g128
 # 1.04e-1. Rounding x alone adds 5-7e-3 (Gaussian x), up to 1.4e-2 for heavy-tailed x;
 # bf16 with x rounded to bf16 2.5e-3 (k = 2101; each rounding alone 1.7e-3).
-ACCURACY_BOUND = {"f16": 4e-4, "bf16": 3e-3, "bf16+x": 4e-3, "q8g32": 1e-2, "q4g64": 0.11,
+ACCURACY_BOUND = {"f16": 4e-4, "bf16": 3e-3, "bf16+x": 4e-3, "q8g32": 1e-2, "q8g32+rows": 1e-2,
+                  "q4g64": 0.11,
                   "q4g128": 0.12}
 
 
@@ -177,7 +184,8 @@ def test_accuracy_against_unquantized_matmul(kernels: tvm.runtime.Executable, fm
     assert err <= ACCURACY_BOUND[fmt], f"{fmt}: relative error {err:.3g}"
     if quant.format_info(wd).quantized:
         # the part due to rounding x only (against dequantized weights, float64)
-        deq = x.astype(np.float64) @ quant.dequantize(parts, wd, k).T.astype(np.float64)
+        deq = x.astype(np.float64) @ quant.dequantize(parts, wd, k, spec.layout).T.astype(
+            np.float64)
         act_err = np.linalg.norm(out - b - deq) / np.linalg.norm(deq)
         assert act_err <= 1e-2, f"{fmt}: activation rounding error {act_err:.3g}"
 
@@ -234,6 +242,31 @@ def test_panels_layout(fmt: str, n_out: int) -> None:
         quant.dequantize({"w": panels}, fmt, 96, "panels")
     with pytest.raises(ValueError, match="float formats only"):
         quant.part_layout("q8g32", n_out, 96, "panels")
+
+
+def test_lanes_layout() -> None:
+    """q8g32 "lanes": the rows' parts and shapes, each whole block of 16 groups (512 k)
+    with byte 64 j + 4 l + t holding k = 32 l + 4 j + t (group l's bytes in 32-bit lane l
+    of step j's vector), the groups after the last whole block in order; the same scales,
+    the same dequantized weight; q4 formats have no lanes layout."""
+    k = 1024 + 96  # two whole blocks and three groups
+    w = _weights(np.random.default_rng(6), 5, k)
+    rows = quant.pack(w, "q8g32")
+    lanes = quant.pack(w, "q8g32", "lanes")
+    assert quant.part_layout("q8g32", 5, k, "lanes") == quant.part_layout("q8g32", 5, k)
+    assert np.array_equal(lanes["scales"], rows["scales"])
+    for b0 in (0, 512):
+        for j, lane, t in ((0, 0, 0), (0, 1, 0), (1, 0, 3), (7, 15, 3), (3, 9, 2)):
+            assert np.array_equal(lanes["q"][:, b0 + 64 * j + 4 * lane + t],
+                                  rows["q"][:, b0 + 32 * lane + 4 * j + t]), (b0, j, lane, t)
+    assert np.array_equal(lanes["q"][:, 1024:], rows["q"][:, 1024:])
+    assert sorted(quant.lanes_order(k)) == list(range(k))
+    assert np.array_equal(quant.dequantize(lanes, "q8g32", k, "lanes"),
+                          quant.dequantize(rows, "q8g32", k))
+    assert MatmulSpec(k, 5, wdtype="q8g32", layout="lanes").name().endswith("q8g32_l16_gemv")
+    for fmt in ("q4g64", "q4g128", "f16"):
+        with pytest.raises(ValueError, match="lanes layout is for q8g32 only"):
+            quant.part_layout(fmt, 5, 1024, "lanes")
 
 
 def test_bytes_per_weight() -> None:
@@ -367,7 +400,9 @@ def test_object_exports_every_format(kernels: tvm.runtime.Executable, tmp_path: 
     undefined = {line.split()[1] for line in symbols.stdout.splitlines()
                  if len(line.split()) == 2 and line.split()[0] == "U"}
     specs = {spec for spec, _ in CASES}
-    assert {(s.wdtype + ("+x" if s.x_bf16 else ""), s.schedule, s.bias) for s in specs} == {
+    suffix = {("bf16", "panels", True): "+x", ("q8g32", "rows", False): "+rows"}
+    assert {(s.wdtype + suffix.get((s.wdtype, s.layout, s.x_bf16), ""), s.schedule, s.bias)
+            for s in specs} == {
         (f, sched, b) for f in FORMATS for sched in ("gemv", "gemm") for b in (False, True)}
     for spec in specs:
         assert f"__tvm_ffi_{spec.name()}" in symbols.stdout

@@ -118,7 +118,8 @@ class MatmulSpec:
     group-quantized q8g32 / q4g64 / q4g128 (k a multiple of the group; the kernels then
     also round x to int8 per group, see quant.quantize_activations). `layout` is the
     weight's storage layout (quant.part_layout): "rows" ([n_out, k]) or, for float formats,
-    "panels" (64-column panels, what the CPU kernels take).
+    "panels" (64-column panels, what the CPU kernels take), or for q8g32 "lanes" (rows with
+    each 16-group block's bytes interleaved by group, what the CPU kernels take).
     """
 
     family: ClassVar[str] = "matmul"
@@ -127,7 +128,7 @@ class MatmulSpec:
     bias: bool = False
     schedule: Literal["gemv", "gemm"] = "gemv"
     wdtype: str = "float32"
-    layout: Literal["rows", "panels"] = "rows"
+    layout: Literal["rows", "panels", "lanes"] = "rows"
     # CPU gemv only: 1 reads the weights as one stream a thread with the hardware
     # prefetchers alone; 0 as the kernel's default streams, prefetched in software. The
     # arithmetic of every output is the same either way (bitwise equal results).
@@ -154,7 +155,7 @@ class MatmulSpec:
     def name(self) -> str:
         bias = "_bias" if self.bias else ""
         code = _DTYPE_CODES[self.wdtype]
-        panels = "_p64" if self.layout == "panels" else ""
+        panels = {"rows": "", "panels": "_p64", "lanes": "_l16"}[self.layout]
         one = "_s1" if self.streams == 1 else ""
         xb = "_xbf16" if self.x_bf16 else ""
         return (f"matmul_k{self.k}_n{self.n_out}_{code}{panels}{xb}{bias}_{self.schedule}"

@@ -37,6 +37,14 @@ Float formats also have a "panels" layout (the CPU target's): the single part w 
 panel's 64 output columns are then contiguous for each k, so the CPU kernels load them as
 vectors and broadcast x (an outer product): each output is one sequential chain over k,
 whatever the number of rows (kernels/cpu/matmul.py). "rows" is the [n_out, k] layout above.
+
+q8g32 also has a "lanes" layout (the CPU target's): the same parts and shapes as "rows",
+with each row's bytes reordered within every whole block of LANE_GROUPS = 16 groups (512
+k): position 64 j + 4 l + t of a block holds k = 32 l + 4 j + t of it (j < 8, l < 16,
+t < 4), so that a 64-byte vector of step j holds 4 weights of each of the block's 16
+groups, group l in 32-bit lane l; the groups after the last whole block stay in order.
+The CPU kernels then sum a block's 8 integer dot steps per lane and convert and scale
+once per 16 groups instead of once per step (kernels/cpu/qmatmul.py).
 - Values whose float16 (or scale) would overflow are rejected, not turned into inf.
 
 The CPU kernels for q8/q4 also round the activations (the CUDA ones keep them float32):
@@ -57,7 +65,8 @@ from dataclasses import dataclass
 import numpy as np
 
 WEIGHT_FORMATS = ("float32", "f16", "bf16", "q8g32", "q4g64", "q4g128")
-LAYOUTS = ("rows", "panels")
+LAYOUTS = ("rows", "panels", "lanes")
+LANE_GROUPS = 16  # groups per block of the "lanes" layout (one per 32-bit lane of 512 bits)
 PANEL = 64  # output columns per panel of the "panels" layout
 
 _F16_MAX = 65504.0
@@ -115,6 +124,23 @@ def check_layout(fmt: str, layout: str) -> None:
         raise ValueError(f"unknown weight layout {layout!r}; known: {', '.join(LAYOUTS)}")
     if layout == "panels" and format_info(fmt).quantized:
         raise ValueError(f"{fmt}: the panels layout is for float formats only")
+    if layout == "lanes" and fmt != "q8g32":
+        raise ValueError(f"{fmt}: the lanes layout is for q8g32 only")
+
+
+def lanes_order(k: int, group: int = 32) -> np.ndarray:
+    """int64 [k]: the k index stored at each position of a row in the "lanes" layout
+    (see the module docstring): within every whole block of LANE_GROUPS groups, position
+    64 j + 4 l + t holds k = group l + 4 j + t; the rest in order."""
+    order = np.arange(k, dtype=np.int64)
+    block = LANE_GROUPS * group
+    whole = k // block * block
+    j, lane, t = np.meshgrid(np.arange(group // 4), np.arange(LANE_GROUPS), np.arange(4),
+                             indexing="ij")
+    inside = (group * lane + 4 * j + t).reshape(-1)  # position 64 j + 4 l + t of a block
+    for b0 in range(0, whole, block):
+        order[b0 : b0 + block] = b0 + inside
+    return order
 
 
 _FLOAT_STORAGE = {"float32": "float32", "f16": "float16", "bf16": "uint16"}
@@ -246,7 +272,8 @@ def pack(w: np.ndarray, fmt: str, layout: str = "rows") -> dict[str, np.ndarray]
         wg = np.asarray(w[r0 : r0 + rows], np.float64).reshape(-1, k // G, G)
         if info.bits == 8:
             q8, d16 = _q8_groups(wg)
-            parts["q"][r0 : r0 + rows] = q8.reshape(-1, k)
+            q8 = q8.reshape(-1, k)
+            parts["q"][r0 : r0 + rows] = q8[:, lanes_order(k, G)] if layout == "lanes" else q8
         else:
             q, d16 = _q4_groups(wg)
             u = (q.reshape(-1, k) + 8).astype(np.uint8)
@@ -255,11 +282,16 @@ def pack(w: np.ndarray, fmt: str, layout: str = "rows") -> dict[str, np.ndarray]
     return parts
 
 
-def unpack_ints(parts: dict[str, np.ndarray], fmt: str, k: int) -> np.ndarray:
-    """The signed integers q [n_out, k] (int8) of a group-quantized weight."""
+def unpack_ints(parts: dict[str, np.ndarray], fmt: str, k: int, layout: str = "rows"
+                ) -> np.ndarray:
+    """The signed integers q [n_out, k] (int8) of a group-quantized weight, in k order."""
     info = format_info(fmt)
     q = np.asarray(parts["q"])
     if info.bits == 8:
+        if layout == "lanes":
+            out = np.empty(q.shape, np.int8)
+            out[:, lanes_order(k, info.group)] = q
+            return out
         return q.astype(np.int8)
     out = np.empty((q.shape[0], k), np.int8)
     out[:, 0::2] = (q & 0x0F).astype(np.int8) - 8
@@ -285,7 +317,7 @@ def dequantize(parts: dict[str, np.ndarray], fmt: str, k: int, layout: str = "ro
             return w.astype(np.float32)
         return (np.asarray(w, np.uint16).astype(np.uint32) << 16).view(np.float32)
     check_k(fmt, k)
-    q = unpack_ints(parts, fmt, k).astype(np.float32)
+    q = unpack_ints(parts, fmt, k, layout).astype(np.float32)
     d = np.asarray(parts["scales"]).astype(np.float32)
     return (q.reshape(q.shape[0], -1, info.group) * d[..., None]).reshape(q.shape)
 

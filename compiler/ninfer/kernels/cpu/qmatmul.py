@@ -39,6 +39,15 @@ instruction:
    plus the block's corrections, lane l of vector t holding d_g dx_g c_g of group
    g = 16 t + l, 16 groups a vector, added vector by vector) are added into out (halving
    vector adds), block after block.
+4. q8g32 in the "lanes" layout (the cpu plan's, quantize.weight_formats.lanes_order): within
+   each whole block of 16 groups (8 steps) a row's bytes, and xq likewise, are ordered so
+   that lane l of every step's vector holds group l. The block's 8 vpdpbusd then chain
+   into one int32x16 whose lane l is group l's exact dot (started from the groups'
+   -128 * (sums of their x), one vector a block, at the block's first step's place in
+   xcor), converted once and multiplied by the 16 groups' d * dx (sg, already in group
+   order): one conversion and one product a block instead of one per step with its scale
+   pair's load and vpermps (the q8g32 gemm 228 -> ~376 GFLOP/s bound without them, RESULTS
+   session 33). Groups after the last whole block take the steps above.
 
 Schedules. gemv: one task per (NR weight rows N/NR apart, up to GEMV_ROWS x rows), row
 tiles innermost, so that a thread's contiguous range of tasks reads NR long streams of w
@@ -68,7 +77,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.ir_builder import tirx as irb
 
-from ninfer.quantize.weight_formats import check_k, format_info
+from ninfer.quantize.weight_formats import LANE_GROUPS, check_k, format_info
 
 from ..spec import MatmulSpec
 from .common import F32, f32, hmax, hsum_vector, i64, prefetch, scratch
@@ -146,6 +155,15 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     if not Q4 and G != BYTES:
         raise ValueError(f"cpu_qmatmul: q8 groups must be {BYTES} long, got {G}")
     NG = K // G  # groups per row
+    # q8g32 in the "lanes" layout: each whole block of LANE_GROUPS groups (BSTEPS steps) has
+    # group l in lane l of every step's vector; its steps' integer dots are summed per lane
+    # and converted and scaled once (the groups after the last whole block: per step)
+    LANES16 = spec.layout == "lanes"
+    if spec.layout not in ("rows", "lanes") or (LANES16 and (Q4 or G != BYTES)):
+        raise ValueError(f"cpu_qmatmul: no kernel for {spec.wdtype} in the {spec.layout!r} "
+                         "layout (rows; lanes for q8g32)")
+    BSTEPS = LANE_GROUPS * G // UNIT  # steps per block of the lanes layout
+    NB16 = NG // LANE_GROUPS if LANES16 else 0  # whole blocks a row
     GB = K_BLOCK // G  # groups per k block
     KQ = K // 2 if Q4 else K  # bytes of q per row
     QDT = "uint8" if Q4 else "int8"
@@ -157,6 +175,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     SPB = GB // GPS  # steps per full k block
     NKBF = NSF // SPB  # full k blocks
     REM = NSF % SPB  # full steps of the last, partial k block (with the tail step)
+    assert not LANES16 or SPB % BSTEPS == 0  # k blocks hold whole lanes blocks
     MR, NR, MB = tl.mr, tl.nr, tl.mb
     NJB = N // NR
     N0 = NJB * NR
@@ -234,6 +253,29 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             acc = v if acc is None else acc + v
         return acc
 
+    def block_dot(q, xq, xa, xcor, i, j, s):
+        """int32x16 whose lane l is the exact integer dot of group l of the lanes block
+        whose first step is s (row i, column j)."""
+        if zmm:
+            acc = xcor[i, vec(s * ZL, ZL)]
+            for jj in range(BSTEPS):
+                acc = dpbusd512(acc, flip(q[j, vec((s + jj) * UNIT, UNIT)], UNIT),
+                                xq[i, vec((s + jj) * UNIT, UNIT)])
+            return acc
+        halves = []
+        for h in range(2):
+            acc = xcor[i, vec(s * ZL + h * LANES, LANES)] if vnni else zero8
+            for jj in range(BSTEPS):
+                off = (s + jj) * UNIT + h * BYTES
+                wb = q[j, vec(off, BYTES)]
+                if vnni:
+                    acc = dpbusd(acc, flip(wb, BYTES), xq[i, vec(off, BYTES)])
+                else:
+                    acc = acc + maddwd(maddubs(xa[i, vec(off, BYTES)],
+                                               psignb(wb, xq[i, vec(off, BYTES)])))
+            halves.append(acc)
+        return concat(*halves)
+
     def pair_scale(sg, r, c, s, tail):
         """float32x16: a step's d * dx from the per-group sg[r, c, g] (gemv)."""
         if GPS == 1:
@@ -289,7 +331,15 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                 for t in T.unroll(BYTES // LANES):
                     deinterleave(x, xq, inv, i, K - 64 + t * 2 * LANES, K - 64 + t * LANES, BYTES)
         else:
-            for g in range(NG):
+            # lanes layout: group g = 16 b + l of a whole block, k = 32 g + 4 j + t, at
+            # 512 b + 64 j + 4 l + t (as the weights: quantize.weight_formats.lanes_order)
+            for g in range(NB16 * LANE_GROUPS):
+                for jj in range(G // 4):
+                    for v in T.vectorized(4):
+                        xq[i, g // LANE_GROUPS * (LANE_GROUPS * G) + jj * UNIT
+                           + g % LANE_GROUPS * 4 + v] = T.Cast(
+                            "int8", T.nearbyint(x[i, g * G + jj * 4 + v] * inv[g]))
+            for g in range(NB16 * LANE_GROUPS, NG):
                 for t in range(G // LANES):
                     for v in T.vectorized(LANES):
                         xq[i, g * G + t * LANES + v] = T.Cast(
@@ -312,8 +362,17 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     "float32x8", sum4(xq[i, vec(K - 64, BYTES)]) + sum4(xq[i, vec(
                         K - BYTES, BYTES)])), LANES)
         elif vnni:
-            # q8, per step: the lanes' corrections of q + 128
-            for s in range(NSF):
+            # q8, per whole lanes block: its groups' corrections of q + 128 (-128 x the
+            # sums of their x), at the block's first step's place
+            for b in range(NB16):
+                for h in range(2):
+                    tot = sum4(xq[i, vec(b * BSTEPS * UNIT + h * BYTES, BYTES)])
+                    for jj in range(1, BSTEPS):
+                        tot = tot + sum4(xq[i, vec((b * BSTEPS + jj) * UNIT + h * BYTES, BYTES)])
+                    xcor[i, vec(b * BSTEPS * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
+                        tot, bcast(tirx.const(7, "int32"), LANES))
+            # per step after them: the lanes' corrections of q + 128
+            for s in range(NB16 * BSTEPS, NSF):
                 for h in range(2):
                     xcor[i, vec(s * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
                         sum4(xq[i, vec(s * UNIT + h * BYTES, BYTES)]),
@@ -365,6 +424,23 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                                                          i0, j0, s0, s, tail, r, c, gemv)
         return step
 
+    def scaled_block(q, xq, xa, xcor, acc, sg, i0, j0, s, r, c, gemv):
+        """acc[r, c] + float(the dots of the lanes block whose first step is s) * its 16
+        groups' d * dx (sg, in group order): one conversion and one product."""
+        j = j0 + c * NJB if gemv else j0 + c
+        dot = T.Cast("float32x16", block_dot(q, xq, xa, xcor, i0 + r, j, s))
+        return acc[r, c, vec(i64(0), ZL)] + dot * sg[r, c, vec(s * GPS, ZL)]
+
+    def block_macro(gemv: bool):
+        @T.macro
+        def block_step(q, xq, xa, xcor, acc, sg, i0, j0, s, R, C):
+            for r in T.unroll(R):
+                for c in T.unroll(C):
+                    acc[r, c, vec(i64(0), ZL)] = scaled_block(q, xq, xa, xcor, acc, sg,
+                                                              i0, j0, s, r, c, gemv)
+        return block_step
+
+    block_gemv, block_gemm = block_macro(True), block_macro(False)
     step_gemv, tail_gemv = step_macro(False, True), step_macro(True, True)
     step_gemm, tail_gemm = step_macro(False, False), step_macro(True, False)
 
@@ -383,8 +459,13 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             total = v if t == 0 else total + v
         return total
 
+    def blocked_steps(sn: int) -> int:
+        """Steps of a k block's sn that its whole lanes blocks take (0 by rows)."""
+        return sn // BSTEPS * BSTEPS if LANES16 else 0
+
     def micro_macro(gemv: bool):
         step, tail_step = (step_gemv, tail_gemv) if gemv else (step_gemm, tail_gemm)
+        block_step = block_gemv if gemv else block_gemm
         PF = PREFETCH_BYTES if gemv and spec.streams != 1 else 0
         cs = NJB if gemv else 1
 
@@ -401,7 +482,15 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             if gemv and PF == 0 and not Q4:  # q8, one stream: the block's first line first
                 for c in T.unroll(C):
                     T.evaluate(prefetch(q, j0 + c * cs, s0 * UPS * UNIT))
-            for s in range(sn):
+            if LANES16:  # whole lanes blocks first (s0 is a block's start)
+                for b in range(sn // BSTEPS):
+                    if PF > 0:
+                        for jj in T.unroll(BSTEPS):
+                            for c in T.unroll(C):
+                                T.evaluate(prefetch(
+                                    q, 0, pf0 + (c * cs * KQ + (b * BSTEPS + jj) * UNIT)))
+                    block_step(q, xq, xa, xcor, acc, sg, i0, j0, s0 + b * BSTEPS, R, C)
+            for s in range(blocked_steps(sn), sn):
                 if PF > 0:  # each column's stream (C of them, cs rows apart)
                     for u in T.unroll(UPS):
                         for c in T.unroll(C):
