@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import re
 import statistics
 import time
 from collections.abc import Iterator
@@ -104,16 +105,22 @@ def _build(variant: str, specs: list[Any]) -> Any:
         return build_cpu_module(specs)
 
 
+def _rev_source(rev: str, module: str) -> str:
+    """compiler/ninfer/`module`.py as it was at git revision `rev`."""
+    import subprocess
+
+    return subprocess.run(["git", "show", f"{rev}:compiler/ninfer/{module}.py"], check=True,
+                          capture_output=True, text=True).stdout
+
+
 def rev_module(rev: str, name: str) -> Any:
     """The kernel module `name` (matmul or qmatmul) as it was at git revision `rev`."""
     import importlib.util
-    import subprocess
     import sys
     import tempfile
     from pathlib import Path
 
-    src = subprocess.run(["git", "show", f"{rev}:compiler/ninfer/kernels/cpu/{name}.py"],
-                         check=True, capture_output=True, text=True).stdout
+    src = _rev_source(rev, f"kernels/cpu/{name}")
     path = Path(tempfile.mkdtemp()) / f"_ab_{name}.py"
     path.write_text(src)
     modname = f"ninfer.kernels.cpu._ab_{name}_{rev}"
@@ -137,7 +144,14 @@ def _build_rev(rev: str, specs: list[Any]) -> tuple[Any, list[Any]]:
     name = "qmatmul" if quantized else "matmul"
     module = rev_module(rev, name)
     src = module.SOURCE
-    layout = "panels" if "spec.layout" in src else "rows"
+    # float: panels where the revision reads spec.layout; quantized: the revision's lanes
+    # layout where it has one for the format (quantize.weight_formats.LANES_FORMATS), else rows
+    if quantized:
+        lanes = re.search(r'^LANES_FORMATS = \((.*)\)', _rev_source(rev, "quantize/weight_formats"),
+                          re.M)
+        layout = "lanes" if lanes and f'"{specs[0].wdtype}"' in lanes.group(1) else "rows"
+    else:
+        layout = "panels" if "spec.layout" in src else "rows"
     # a revision before x_bf16 takes bf16 x as float32 whatever the spec says; rows
     # (before the panels layout) cannot carry the flag
     specs = [dataclasses.replace(s, layout=layout, x_bf16=s.x_bf16 and layout == "panels")

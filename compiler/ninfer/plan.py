@@ -52,10 +52,13 @@ class PlanError(ValueError):
 # The KV pools' layout on the cpu target (kv_formats.KV_LAYOUTS; CUDA: "rows"): head-major
 # per block, so that a CPU attention thread walking one kv head reads a stream.
 CPU_KV_LAYOUT = "heads"
-# q8g32 weights on the cpu target in the "lanes" layout (quantize.weight_formats): the
-# kernels convert and scale a block's integer dots once per 16 groups instead of once per
-# two (RESULTS 2026-12-07, session 33); False keeps them by rows (the A/B benchmarks' switch)
-CPU_Q8_LANES = True
+# The formats whose matmul weights the cpu target stores in the "lanes" layout
+# (quantize.weight_formats.LANES_FORMATS): the kernels convert and scale a block's integer
+# dots once per 16 groups instead of once per two (RESULTS 2026-12-07, session 33); () keeps
+# every format by rows (the A/B benchmarks' switch). q4g64 has the layout and its kernels
+# (tested) but stays by rows: its gemm ran 8.6% faster in lanes and its decode gemv no
+# faster or 7-15% slower at 4 rows (session 33)
+CPU_LANES_FORMATS: tuple[str, ...] = ("q8g32",)
 
 MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head",
                 # hybrid models: the attention's output gate, the Gated DeltaNet projections
@@ -279,15 +282,15 @@ def weight_format(w: WeightSpec, formats: WeightFormats) -> str:
 
 def matmul_layout(target: Target, wdtype: str) -> Literal["rows", "panels", "lanes"]:
     """Storage layout of a matmul weight (quantize.weight_formats): for the CPU, float
-    weights in 64-column panels (what kernels/cpu/matmul.py takes) and q8g32 with each
-    16-group block interleaved by group ("lanes", what kernels/cpu/qmatmul.py takes for
-    it); the rest by rows."""
+    weights in 64-column panels (what kernels/cpu/matmul.py takes) and q8g32 and q4g64 with
+    each 16-group block interleaved by group ("lanes", what kernels/cpu/qmatmul.py takes for
+    them); the rest by rows."""
     from ninfer.quantize.weight_formats import format_info
 
     if target.is_cuda:
         return "rows"
     if format_info(wdtype).quantized:
-        return "lanes" if wdtype == "q8g32" and CPU_Q8_LANES else "rows"
+        return "lanes" if wdtype in CPU_LANES_FORMATS else "rows"
     return "panels"
 
 

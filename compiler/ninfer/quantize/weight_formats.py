@@ -38,13 +38,14 @@ panel's 64 output columns are then contiguous for each k, so the CPU kernels loa
 vectors and broadcast x (an outer product): each output is one sequential chain over k,
 whatever the number of rows (kernels/cpu/matmul.py). "rows" is the [n_out, k] layout above.
 
-q8g32 also has a "lanes" layout (the CPU target's): the same parts and shapes as "rows",
-with each row's bytes reordered within every whole block of LANE_GROUPS = 16 groups (512
-k): position 64 j + 4 l + t of a block holds k = 32 l + 4 j + t of it (j < 8, l < 16,
-t < 4), so that a 64-byte vector of step j holds 4 weights of each of the block's 16
-groups, group l in 32-bit lane l; the groups after the last whole block stay in order.
-The CPU kernels then sum a block's 8 integer dot steps per lane and convert and scale
-once per 16 groups instead of once per step (kernels/cpu/qmatmul.py).
+q8g32 and q4g64 also have a "lanes" layout (the CPU target's): the same parts and shapes
+as "rows", with each row of q's bytes reordered within every whole block of LANE_GROUPS =
+16 groups (a group is 32 bytes in both: 512 bytes, 512 k of q8g32, 1024 of q4g64):
+position 64 j + 4 l + t of a block holds its byte 32 l + 4 j + t (j < 8, l < 16, t < 4),
+so that a 64-byte vector of step j holds 4 bytes of each of the block's 16 groups, group
+l in 32-bit lane l; the groups after the last whole block stay in order. The CPU kernels
+then sum a block's 8 integer dot steps per lane and convert and scale once per 16 groups
+instead of once per step (kernels/cpu/qmatmul.py).
 - Values whose float16 (or scale) would overflow are rejected, not turned into inf.
 
 The CPU kernels for q8/q4 also round the activations (the CUDA ones keep them float32):
@@ -124,20 +125,25 @@ def check_layout(fmt: str, layout: str) -> None:
         raise ValueError(f"unknown weight layout {layout!r}; known: {', '.join(LAYOUTS)}")
     if layout == "panels" and format_info(fmt).quantized:
         raise ValueError(f"{fmt}: the panels layout is for float formats only")
-    if layout == "lanes" and fmt != "q8g32":
-        raise ValueError(f"{fmt}: the lanes layout is for q8g32 only")
+    if layout == "lanes" and fmt not in LANES_FORMATS:
+        raise ValueError(f"{fmt}: the lanes layout is for {' and '.join(LANES_FORMATS)} only")
 
 
-def lanes_order(k: int, group: int = 32) -> np.ndarray:
-    """int64 [k]: the k index stored at each position of a row in the "lanes" layout
-    (see the module docstring): within every whole block of LANE_GROUPS groups, position
-    64 j + 4 l + t holds k = group l + 4 j + t; the rest in order."""
-    order = np.arange(k, dtype=np.int64)
-    block = LANE_GROUPS * group
-    whole = k // block * block
-    j, lane, t = np.meshgrid(np.arange(group // 4), np.arange(LANE_GROUPS), np.arange(4),
+LANES_FORMATS = ("q8g32", "q4g64")  # the formats with a "lanes" layout (32-byte groups)
+_LANE_GROUP_BYTES = 32
+
+
+def lanes_order(row_bytes: int) -> np.ndarray:
+    """int64 [row_bytes]: the byte of a row of q stored at each position in the "lanes"
+    layout (see the module docstring): within every whole block of LANE_GROUPS 32-byte
+    groups, position 64 j + 4 l + t holds byte 32 l + 4 j + t; the rest in order."""
+    g = _LANE_GROUP_BYTES
+    order = np.arange(row_bytes, dtype=np.int64)
+    block = LANE_GROUPS * g
+    whole = row_bytes // block * block
+    j, lane, t = np.meshgrid(np.arange(g // 4), np.arange(LANE_GROUPS), np.arange(4),
                              indexing="ij")
-    inside = (group * lane + 4 * j + t).reshape(-1)  # position 64 j + 4 l + t of a block
+    inside = (g * lane + 4 * j + t).reshape(-1)  # position 64 j + 4 l + t of a block
     for b0 in range(0, whole, block):
         order[b0 : b0 + block] = b0 + inside
     return order
@@ -272,12 +278,13 @@ def pack(w: np.ndarray, fmt: str, layout: str = "rows") -> dict[str, np.ndarray]
         wg = np.asarray(w[r0 : r0 + rows], np.float64).reshape(-1, k // G, G)
         if info.bits == 8:
             q8, d16 = _q8_groups(wg)
-            q8 = q8.reshape(-1, k)
-            parts["q"][r0 : r0 + rows] = q8[:, lanes_order(k, G)] if layout == "lanes" else q8
+            packed = q8.reshape(-1, k)
         else:
             q, d16 = _q4_groups(wg)
             u = (q.reshape(-1, k) + 8).astype(np.uint8)
-            parts["q"][r0 : r0 + rows] = u[:, 0::2] | (u[:, 1::2] << 4)
+            packed = u[:, 0::2] | (u[:, 1::2] << 4)
+        parts["q"][r0 : r0 + rows] = (packed[:, lanes_order(packed.shape[1])]
+                                      if layout == "lanes" else packed)
         parts["scales"][r0 : r0 + rows] = d16
     return parts
 
@@ -287,11 +294,11 @@ def unpack_ints(parts: dict[str, np.ndarray], fmt: str, k: int, layout: str = "r
     """The signed integers q [n_out, k] (int8) of a group-quantized weight, in k order."""
     info = format_info(fmt)
     q = np.asarray(parts["q"])
+    if layout == "lanes":
+        in_order = np.empty_like(q)
+        in_order[:, lanes_order(q.shape[1])] = q
+        q = in_order
     if info.bits == 8:
-        if layout == "lanes":
-            out = np.empty(q.shape, np.int8)
-            out[:, lanes_order(k, info.group)] = q
-            return out
         return q.astype(np.int8)
     out = np.empty((q.shape[0], k), np.int8)
     out[:, 0::2] = (q & 0x0F).astype(np.int8) - 8

@@ -39,15 +39,18 @@ instruction:
    plus the block's corrections, lane l of vector t holding d_g dx_g c_g of group
    g = 16 t + l, 16 groups a vector, added vector by vector) are added into out (halving
    vector adds), block after block.
-4. q8g32 in the "lanes" layout (the cpu plan's, quantize.weight_formats.lanes_order): within
-   each whole block of 16 groups (8 steps) a row's bytes, and xq likewise, are ordered so
-   that lane l of every step's vector holds group l. The block's 8 vpdpbusd then chain
-   into one int32x16 whose lane l is group l's exact dot (started from the groups'
-   -128 * (sums of their x), one vector a block, at the block's first step's place in
-   xcor), converted once and multiplied by the 16 groups' d * dx (sg, already in group
+4. q8g32 and q4g64 in the "lanes" layout (quantize.weight_formats.lanes_order; the cpu
+   plan's for q8g32, plan.CPU_LANES_FORMATS): within each whole block of 16 groups (8
+   steps) a row's bytes, and xq likewise (q4: each step's evens, then odds), are ordered so
+   that lane l of every step's vector holds group l. A block's vpdpbusd then add, step by
+   step for every (row, column) of the tile, into int32x16 sums whose lane l is group l's
+   exact dot (1, 2 or 4 independent sums, block_chains, added at the end; q8 started from
+   the groups' -128 * (sums of their x), one vector a block at the block's first step's
+   place in xcor; q4 from 0, its offsets taken back with the k block's corrections as in
+   step 3), converted once and multiplied by the 16 groups' d * dx (sg, already in group
    order): one conversion and one product a block instead of one per step with its scale
-   pair's load and vpermps (the q8g32 gemm 228 -> ~376 GFLOP/s bound without them, RESULTS
-   session 33). Groups after the last whole block take the steps above.
+   pair's load and vpermps (q8g32 gemm 224 -> 372-400 GFLOP/s, RESULTS session 33). Groups
+   after the last whole block take the steps above.
 
 Schedules. gemv: one task per (NR weight rows N/NR apart, up to GEMV_ROWS x rows), row
 tiles innermost, so that a thread's contiguous range of tasks reads NR long streams of w
@@ -155,19 +158,20 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     if not Q4 and G != BYTES:
         raise ValueError(f"cpu_qmatmul: q8 groups must be {BYTES} long, got {G}")
     NG = K // G  # groups per row
-    # q8g32 in the "lanes" layout: each whole block of LANE_GROUPS groups (BSTEPS steps) has
-    # group l in lane l of every step's vector; its steps' integer dots are summed per lane
-    # and converted and scaled once (the groups after the last whole block: per step)
+    # q8g32 / q4g64 in the "lanes" layout: each whole block of LANE_GROUPS groups (BSTEPS
+    # steps) has group l in lane l of every step's vector; its steps' integer dots are
+    # summed per lane and converted and scaled once (the groups after the last whole
+    # block: per step)
     LANES16 = spec.layout == "lanes"
-    if spec.layout not in ("rows", "lanes") or (LANES16 and (Q4 or G != BYTES)):
+    if spec.layout not in ("rows", "lanes") or (LANES16 and G != (64 if Q4 else BYTES)):
         raise ValueError(f"cpu_qmatmul: no kernel for {spec.wdtype} in the {spec.layout!r} "
-                         "layout (rows; lanes for q8g32)")
-    BSTEPS = LANE_GROUPS * G // UNIT  # steps per block of the lanes layout
+                         "layout (rows; lanes for q8g32 and q4g64)")
     NB16 = NG // LANE_GROUPS if LANES16 else 0  # whole blocks a row
     GB = K_BLOCK // G  # groups per k block
     KQ = K // 2 if Q4 else K  # bytes of q per row
     QDT = "uint8" if Q4 else "int8"
     KU = 128 if Q4 else 64  # k per weight vector of UNIT bytes
+    BSTEPS = LANE_GROUPS * G // KU  # steps per block of the lanes layout (8)
     GPS = max(1, KU // G)  # groups per step (2 or 1)
     UPS = max(1, G // KU)  # weight vectors per step
     NSF = NG // GPS  # full steps per row
@@ -253,27 +257,43 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             acc = v if acc is None else acc + v
         return acc
 
-    def block_dot(q, xq, xa, xcor, i, j, s):
-        """int32x16 whose lane l is the exact integer dot of group l of the lanes block
-        whose first step is s (row i, column j)."""
+    def sub_step(s, t, part):
+        """(step, nibbles) of the lanes block starting at step s that chain `part` takes in
+        its t-th update: q4, step s + t, the low (0) or high (1) nibbles; q8, steps s + 2t
+        and s + 2t + 1."""
+        return (s + t, part) if Q4 else (s + 2 * t + part, 0)
+
+    def column(j0, c, gemv):
+        """Column c of a tile starting at j0: gemv, the streams NJB apart; gemm, adjacent."""
+        return j0 + c * NJB if gemv else j0 + c
+
+    def lane_dot(q, xq, xa, iacc, r, c, k, i, j, s, t, which):
+        """int32x16: chain k of iacc[r, c] plus the exact integer dots, lane by lane, of
+        sub_step(s, t, which) of a lanes block (row i, column j); q4: of the step's low
+        (part 0) or high (part 1) nibbles (with their offset of 8, taken back with the k
+        block's corrections)."""
+        st, part = sub_step(s, t, which)
         if zmm:
-            acc = xcor[i, vec(s * ZL, ZL)]
-            for jj in range(BSTEPS):
-                acc = dpbusd512(acc, flip(q[j, vec((s + jj) * UNIT, UNIT)], UNIT),
-                                xq[i, vec((s + jj) * UNIT, UNIT)])
-            return acc
+            prev = iacc[r, c, k, vec(i64(0), ZL)]
+            if Q4:
+                nib = nibbles(q[j, vec(st * UNIT, UNIT)], UNIT)[part]
+                return dpbusd512(prev, nib, xq[i, vec(st * 128 + part * 64, UNIT)])
+            return dpbusd512(prev, flip(q[j, vec(st * UNIT, UNIT)], UNIT),
+                             xq[i, vec(st * UNIT, UNIT)])
         halves = []
         for h in range(2):
-            acc = xcor[i, vec(s * ZL + h * LANES, LANES)] if vnni else zero8
-            for jj in range(BSTEPS):
-                off = (s + jj) * UNIT + h * BYTES
-                wb = q[j, vec(off, BYTES)]
-                if vnni:
-                    acc = dpbusd(acc, flip(wb, BYTES), xq[i, vec(off, BYTES)])
-                else:
-                    acc = acc + maddwd(maddubs(xa[i, vec(off, BYTES)],
-                                               psignb(wb, xq[i, vec(off, BYTES)])))
-            halves.append(acc)
+            prev = iacc[r, c, k, vec(i64(h * LANES), LANES)]
+            off = st * UNIT + h * BYTES
+            wb = q[j, vec(off, BYTES)]
+            if Q4:
+                nib = nibbles(wb, BYTES)[part]
+                xv = xq[i, vec(st * 128 + part * 64 + h * BYTES, BYTES)]
+                halves.append(dpbusd(prev, nib, xv) if vnni else prev + maddwd(maddubs(nib, xv)))
+            elif vnni:
+                halves.append(dpbusd(prev, flip(wb, BYTES), xq[i, vec(off, BYTES)]))
+            else:
+                halves.append(prev + maddwd(maddubs(xa[i, vec(off, BYTES)],
+                                                    psignb(wb, xq[i, vec(off, BYTES)]))))
         return concat(*halves)
 
     def pair_scale(sg, r, c, s, tail):
@@ -298,6 +318,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
 
     evens = [tirx.IntImm("int32", 2 * v) for v in range(LANES)]
     odds = [tirx.IntImm("int32", 2 * v + 1) for v in range(LANES)]
+    evens4, odds4 = evens[:4], odds[:4]
 
     @T.macro
     def deinterleave(x, xq, inv, i, k0, p0, W):
@@ -324,7 +345,20 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             xs[i, g] = amax / f32(127.0)
             inv[g] = T.if_then_else(amax > f32(0.0), f32(127.0) / amax, f32(0.0))
         if Q4:
-            for c in range(K // 128):
+            # lanes layout: group g = 16 b + l of a whole block, k = 64 g + 8 j + (0..7):
+            # its 4 evens at 1024 b + 128 j + 4 l, its 4 odds 64 after (as the weights'
+            # bytes, quantize.weight_formats.lanes_order)
+            for g in range(NB16 * LANE_GROUPS):
+                for jj in range(BSTEPS):
+                    xv4 = T.bind(x[i, vec(g * G + jj * 8, 8)])
+                    m4 = T.bind(bcast(inv[g], 4))
+                    p4 = T.bind(g // LANE_GROUPS * (LANE_GROUPS * G) + jj * 128
+                                + g % LANE_GROUPS * 4)
+                    xq[i, vec(p4, 4)] = T.Cast(
+                        "int8x4", T.nearbyint(tirx.Shuffle([xv4], evens4) * m4))
+                    xq[i, vec(p4 + 64, 4)] = T.Cast(
+                        "int8x4", T.nearbyint(tirx.Shuffle([xv4], odds4) * m4))
+            for c in range(NB16 * BSTEPS, K // 128):
                 for t in T.unroll(64 // LANES):
                     deinterleave(x, xq, inv, i, c * 128 + t * 2 * LANES, c * 128 + t * LANES, 64)
             if K % 128 > 0:
@@ -354,7 +388,16 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             # past NG)
             for v in T.vectorized(ZL):
                 xcor[i, NG + v] = f32(0.0)
-            for g in range(NG - TAIL):
+            for b in range(NB16):  # a whole lanes block: its 16 groups' sums in the lanes
+                for h in range(2):
+                    tot = zero8
+                    for jj in range(BSTEPS):
+                        base = (b * BSTEPS + jj) * 128 + h * BYTES
+                        tot = (tot + sum4(xq[i, vec(base, BYTES)])
+                               + sum4(xq[i, vec(base + 64, BYTES)]))
+                    xcor[i, vec(b * LANE_GROUPS + h * LANES, LANES)] = (
+                        bcast(f32(-8.0), LANES) * T.Cast("float32x8", tot))
+            for g in range(NB16 * LANE_GROUPS, NG - TAIL):
                 xcor[i, g] = f32(-8.0) * hsum_vector(
                     T.Cast("float32x8", group_sums(xq, i, g)), LANES)
             if TAIL > 0:  # the last 64 of k: evens, then odds
@@ -424,20 +467,61 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                                                          i0, j0, s0, s, tail, r, c, gemv)
         return step
 
-    def scaled_block(q, xq, xa, xcor, acc, sg, i0, j0, s, r, c, gemv):
-        """acc[r, c] + float(the dots of the lanes block whose first step is s) * its 16
-        groups' d * dx (sg, in group order): one conversion and one product."""
-        j = j0 + c * NJB if gemv else j0 + c
-        dot = T.Cast("float32x16", block_dot(q, xq, xa, xcor, i0 + r, j, s))
-        return acc[r, c, vec(i64(0), ZL)] + dot * sg[r, c, vec(s * GPS, ZL)]
+    def block_chains(R: int, C: int) -> int:
+        """Independent integer sums a lanes block's dots take per (row, column) of an R x C
+        tile: 4 for one (row, column), 2 for a gemv's few (a chain of dependent vpdpbusd
+        is 5 cycles a link), 1 for the gemm's tile (its registers). Exact integers: the same
+        results either way."""
+        return 4 if R * C == 1 else 2 if R * C <= 4 else 1
+
+    def chain_of(t, which, chains):
+        """The chain that update (t, which) of a lanes block adds into (sub_step)."""
+        if chains == 4:
+            return which + 2 * (t % 2)
+        return which if chains == 2 else 0
+
+    def chain_start(xcor, i, s, h):
+        """A chain's start: the q8 block's corrections (VNNI; h: a ymm half, None: zmm)."""
+        if Q4 or not vnni:
+            return zero16 if h is None else zero8
+        return xcor[i, vec(s * ZL, ZL)] if h is None else xcor[i, vec(s * ZL + h * LANES, LANES)]
 
     def block_macro(gemv: bool):
         @T.macro
         def block_step(q, xq, xa, xcor, acc, sg, i0, j0, s, R, C):
+            # the lanes block whose first step is s: its exact integer dots summed per lane
+            # in iacc step by step for every (row, column) of the tile (two sums: q4 its
+            # low and high nibbles', q8 its even and odd steps', in one chain or two,
+            # block_chains), then one conversion and one product with its 16 groups' d * dx
+            # (sg, in group order) a (row, column)
+            iacc = scratch((R, C, 4, ZL), "int32")
             for r in T.unroll(R):
                 for c in T.unroll(C):
-                    acc[r, c, vec(i64(0), ZL)] = scaled_block(q, xq, xa, xcor, acc, sg,
-                                                              i0, j0, s, r, c, gemv)
+                    if zmm:
+                        iacc[r, c, 0, vec(i64(0), ZL)] = chain_start(xcor, i0 + r, s, None)
+                    else:
+                        iacc[r, c, 0, vec(i64(0), LANES)] = chain_start(xcor, i0 + r, s, 0)
+                        iacc[r, c, 0, vec(i64(LANES), LANES)] = chain_start(xcor, i0 + r, s, 1)
+                    for k in T.unroll(1, 4):
+                        iacc[r, c, k, vec(i64(0), ZL)] = zero16
+            for t in T.unroll(BSTEPS if Q4 else BSTEPS // 2):
+                for r in T.unroll(R):
+                    for c in T.unroll(C):
+                        iacc[r, c, chain_of(t, 0, block_chains(R, C)), vec(i64(0), ZL)] = (
+                            lane_dot(q, xq, xa, iacc, r, c, chain_of(t, 0, block_chains(R, C)),
+                                     i0 + r, column(j0, c, gemv), s, t, 0))
+                for r in T.unroll(R):
+                    for c in T.unroll(C):
+                        iacc[r, c, chain_of(t, 1, block_chains(R, C)), vec(i64(0), ZL)] = (
+                            lane_dot(q, xq, xa, iacc, r, c, chain_of(t, 1, block_chains(R, C)),
+                                     i0 + r, column(j0, c, gemv), s, t, 1))
+            for r in T.unroll(R):
+                for c in T.unroll(C):
+                    acc[r, c, vec(i64(0), ZL)] = acc[r, c, vec(i64(0), ZL)] + T.Cast(
+                        "float32x16", (iacc[r, c, 0, vec(i64(0), ZL)]
+                                       + iacc[r, c, 1, vec(i64(0), ZL)])
+                        + (iacc[r, c, 2, vec(i64(0), ZL)] + iacc[r, c, 3, vec(i64(0), ZL)])
+                    ) * sg[r, c, vec(s * GPS, ZL)]
         return block_step
 
     block_gemv, block_gemm = block_macro(True), block_macro(False)
