@@ -316,6 +316,18 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             total = total + sum4(xq[i, vec(g * G + t * BYTES, BYTES)])
         return total
 
+    def lane_sums(xq, i, b, h):
+        """int32x8: lane m is the sum of the rounded x of group 16 b + 8 h + m, a group of
+        a whole lanes block (xq in the lanes order: each step's bytes 4 m.. of half h)."""
+        total = None
+        for jj in range(BSTEPS):
+            base = (b * BSTEPS + jj) * (128 if Q4 else UNIT) + h * BYTES
+            part = sum4(xq[i, vec(base, BYTES)])
+            if Q4:  # the step's evens, then its odds
+                part = part + sum4(xq[i, vec(base + 64, BYTES)])
+            total = part if total is None else total + part
+        return total
+
     evens = [tirx.IntImm("int32", 2 * v) for v in range(LANES)]
     odds = [tirx.IntImm("int32", 2 * v + 1) for v in range(LANES)]
     evens4, odds4 = evens[:4], odds[:4]
@@ -389,14 +401,9 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             for v in T.vectorized(ZL):
                 xcor[i, NG + v] = f32(0.0)
             for b in range(NB16):  # a whole lanes block: its 16 groups' sums in the lanes
-                for h in range(2):
-                    tot = zero8
-                    for jj in range(BSTEPS):
-                        base = (b * BSTEPS + jj) * 128 + h * BYTES
-                        tot = (tot + sum4(xq[i, vec(base, BYTES)])
-                               + sum4(xq[i, vec(base + 64, BYTES)]))
+                for h in T.unroll(2):
                     xcor[i, vec(b * LANE_GROUPS + h * LANES, LANES)] = (
-                        bcast(f32(-8.0), LANES) * T.Cast("float32x8", tot))
+                        bcast(f32(-8.0), LANES) * T.Cast("float32x8", lane_sums(xq, i, b, h)))
             for g in range(NB16 * LANE_GROUPS, NG - TAIL):
                 xcor[i, g] = f32(-8.0) * hsum_vector(
                     T.Cast("float32x8", group_sums(xq, i, g)), LANES)
@@ -408,12 +415,9 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             # q8, per whole lanes block: its groups' corrections of q + 128 (-128 x the
             # sums of their x), at the block's first step's place
             for b in range(NB16):
-                for h in range(2):
-                    tot = sum4(xq[i, vec(b * BSTEPS * UNIT + h * BYTES, BYTES)])
-                    for jj in range(1, BSTEPS):
-                        tot = tot + sum4(xq[i, vec((b * BSTEPS + jj) * UNIT + h * BYTES, BYTES)])
+                for h in T.unroll(2):
                     xcor[i, vec(b * BSTEPS * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
-                        tot, bcast(tirx.const(7, "int32"), LANES))
+                        lane_sums(xq, i, b, h), bcast(tirx.const(7, "int32"), LANES))
             # per step after them: the lanes' corrections of q + 128
             for s in range(NB16 * BSTEPS, NSF):
                 for h in range(2):
