@@ -458,8 +458,8 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     def scaled(q, xq, xa, xcor, acc, sg, i0, j0, s0, s, tail, r, c, gemv):
         """acc[r, c] + float(dot of step s0 + s) * its d * dx (gemv: the columns NJB apart;
         gemm: adjacent)."""
-        j = j0 + c * NJB if gemv else j0 + c
-        dot = T.Cast("float32x16", step_dot(q, xq, xa, xcor, i0 + r, j, s0 + s, tail))
+        dot = T.Cast("float32x16", step_dot(q, xq, xa, xcor, i0 + r, column(j0, c, gemv),
+                                            s0 + s, tail))
         return acc[r, c, vec(i64(0), ZL)] + dot * pair_scale(sg, r, c, s0 + s, tail)
 
     def step_macro(tail: bool, gemv: bool):
