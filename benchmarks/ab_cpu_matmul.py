@@ -64,6 +64,9 @@ def _parse() -> argparse.Namespace:
                         "anonymous huge-page mapping, as the CPU engine holds them")
     p.add_argument("--shapes", default=None,
                    help="K:N,... instead of the 0.5B model's five projection shapes")
+    p.add_argument("--layout", choices=["rows", "lanes", "panels"], default=None,
+                   help="the weight layout of the working tree's variants (default: the "
+                        "plan's for the format; @REV variants take their revision's)")
     return p.parse_args()
 
 
@@ -71,10 +74,10 @@ def _parse() -> argparse.Namespace:
 def variant_applied(variant: str) -> Iterator[None]:
     """The kernel modules with a variant's `ATTR=EXPR; ...` assignments set, restored after."""
     from ninfer import plan
-    from ninfer.kernels.cpu import attention, common, matmul, qmatmul
+    from ninfer.kernels.cpu import attention, build, common, matmul, qmatmul
 
     scope = {"common": common, "matmul": matmul, "qmatmul": qmatmul, "attention": attention,
-             "plan": plan,
+             "plan": plan, "build": build,
              "MatmulTiles": matmul.MatmulTiles, "QTiles": qmatmul.QTiles}
     saved = []
     if variant.strip().startswith("@"):  # both kernel files as they were at that revision
@@ -217,6 +220,8 @@ def main() -> None:
         streams = 1 if host_gemv_streams()[0] == 1 else 0
     specs = [matmul_spec(load_target("cpu"), k, n, False, args.schedule, args.format,
                          streams, x_bf16=x_bf16) for k, n in shapes]
+    if args.layout:
+        specs = [dataclasses.replace(s, layout=args.layout) for s in specs]
     variants = {}  # name -> (executable, its specs)
     for v in args.variant:
         name, _, body = v.partition(":")

@@ -65,7 +65,8 @@ def _worker(build: Path, threads: int, steps: int) -> None:
 
 
 _ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)%\s+(\S+)$")
-_GEMV = re.compile(r"^matmul_k(\d+)_n(\d+)_(\w+?)(?:_p\d+)?(?:_xbf16)?(?:_bias)?_gemv(?:_s1)?$")
+_GEMV = re.compile(r"^matmul_k(\d+)_n(\d+)_(\w+?)(?:_p\d+|_l16)?(?:_xbf16)?(?:_bias)?"
+                   r"_gemv(?:_s1)?$")
 
 
 def _gemv_bytes(name: str) -> float | None:
