@@ -31,9 +31,8 @@ pytestmark = pytest.mark.unit
 
 TOL = 1e-5
 # "bf16+x": bf16 weights times x rounded to bf16 (MatmulSpec.x_bf16, the plan's default);
-# q8g32 in the lanes layout (the plan's on the cpu target), "+rows" by rows; q4g64 by rows
-# (the plan's), "+lanes" in lanes
-FORMATS = ["f16", "bf16", "bf16+x", "q8g32", "q8g32+rows", "q4g64", "q4g64+lanes", "q4g128"]
+# q8g32 and q4g64 in the lanes layout (the plan's on the cpu target), "+rows" by rows
+FORMATS = ["f16", "bf16", "bf16+x", "q8g32", "q8g32+rows", "q4g64", "q4g64+rows", "q4g128"]
 
 # (k, n_out) shapes per format: several groups, odd n_out (column tails of both
 # schedules), and k over several 1024-long k blocks with a partial last block.
@@ -48,7 +47,7 @@ SHAPES = {
     "q8g32+rows": [(96, 37), (2144, 74), (2048, 19)],
     # lanes: no whole 16-group block; 2 whole blocks + 3 groups; 1 whole block
     "q4g64": [(192, 37), (2240, 74), (1024, 19)],
-    "q4g64+lanes": [(192, 37), (2240, 74), (1024, 19)],
+    "q4g64+rows": [(192, 37), (2240, 74), (1024, 19)],
     "q4g128": [(384, 37), (2176, 74), (2048, 19)],  # 3 groups; 17 groups
 }
 ROWS = [1, 3, 7, 33]
@@ -56,7 +55,7 @@ ROWS = [1, 3, 7, 33]
 
 def _spec(k: int, n_out: int, bias: bool, schedule: str, fmt: str) -> MatmulSpec:
     """A matmul in the layout the cpu plan takes (panels for float formats, lanes for
-    q8g32), or the one a "+rows" / "+lanes" suffix names."""
+    q8g32 and q4g64), or the one a "+rows" / "+lanes" suffix names."""
     fmt, _, x = fmt.partition("+")
     layout = x if x in ("rows", "lanes") else plan.matmul_layout(load_target("cpu"), fmt)
     return MatmulSpec(k, n_out, bias, schedule, fmt, layout,  # type: ignore[arg-type]
@@ -135,7 +134,7 @@ def test_rows_are_bitwise_the_same_in_gemv_and_gemm(kernels: tvm.runtime.Executa
     assert np.array_equal(_run(kernels, gemm, [x[5:12], *rest]), batched[5:12])
 
 
-@pytest.mark.parametrize("fmt", ["q8g32", "q8g32+rows", "q4g64", "q4g64+lanes", "q4g128"])
+@pytest.mark.parametrize("fmt", ["q8g32", "q8g32+rows", "q4g64", "q4g64+rows", "q4g128"])
 def test_every_group_dot_path_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch,
                                                   fmt: str) -> None:
     """vpdpbusd on zmm (AVX-512 VNNI), on two ymm halves (AVX-VNNI) and vpmaddubsw +
@@ -166,7 +165,7 @@ def test_every_group_dot_path_gives_the_same_bits(monkeypatch: pytest.MonkeyPatc
 # 1.04e-1. Rounding x alone adds 5-7e-3 (Gaussian x), up to 1.4e-2 for heavy-tailed x;
 # bf16 with x rounded to bf16 2.5e-3 (k = 2101; each rounding alone 1.7e-3).
 ACCURACY_BOUND = {"f16": 4e-4, "bf16": 3e-3, "bf16+x": 4e-3, "q8g32": 1e-2, "q8g32+rows": 1e-2,
-                  "q4g64": 0.11, "q4g64+lanes": 0.11,
+                  "q4g64": 0.11, "q4g64+rows": 0.11,
                   "q4g128": 0.12}
 
 
@@ -406,7 +405,7 @@ def test_object_exports_every_format(kernels: tvm.runtime.Executable, tmp_path: 
                  if len(line.split()) == 2 and line.split()[0] == "U"}
     specs = {spec for spec, _ in CASES}
     suffix = {("bf16", "panels", True): "+x", ("q8g32", "rows", False): "+rows",
-              ("q4g64", "lanes", False): "+lanes"}
+              ("q4g64", "rows", False): "+rows"}
     assert {(s.wdtype + suffix.get((s.wdtype, s.layout, s.x_bf16), ""), s.schedule, s.bias)
             for s in specs} == {
         (f, sched, b) for f in FORMATS for sched in ("gemv", "gemm") for b in (False, True)}

@@ -40,7 +40,7 @@ instruction:
    g = 16 t + l, 16 groups a vector, added vector by vector) are added into out (halving
    vector adds), block after block.
 4. q8g32 and q4g64 in the "lanes" layout (quantize.weight_formats.lanes_order; the cpu
-   plan's for q8g32, plan.CPU_LANES_FORMATS): within each whole block of 16 groups (8
+   plan's for both, plan.CPU_LANES_FORMATS): within each whole block of 16 groups (8
    steps) a row's bytes, and xq likewise (q4: each step's evens, then odds), are ordered so
    that lane l of every step's vector holds group l. A block's vpdpbusd then add, step by
    step for every (row, column) of the tile, into int32x16 sums whose lane l is group l's
@@ -49,8 +49,10 @@ instruction:
    place in xcor; q4 from 0, its offsets taken back with the k block's corrections as in
    step 3), converted once and multiplied by the 16 groups' d * dx (sg, already in group
    order): one conversion and one product a block instead of one per step with its scale
-   pair's load and vpermps (q8g32 gemm 224 -> 372-400 GFLOP/s, RESULTS session 33). Groups
-   after the last whole block take the steps above.
+   pair's load and vpermps (q8g32 gemm 224 -> 372-400 GFLOP/s, RESULTS session 33; q4g64
+   one-row gemv from L2 33 -> 44 GB/s a thread once TIR's CSE no longer spilled the
+   block's offsets, kernels/cpu/build.py, session 34). Groups after the last whole block
+   take the steps above.
 
 Schedules. gemv: one task per (NR weight rows N/NR apart, up to GEMV_ROWS x rows), row
 tiles innermost, so that a thread's contiguous range of tasks reads NR long streams of w
