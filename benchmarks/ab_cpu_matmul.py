@@ -4,11 +4,12 @@
         --variant 'lanes8: matmul.matmul_lanes=lambda: 8' --variant 'host:'
 
 Each --variant is `NAME: ATTR=EXPR; ATTR=EXPR ...`, ATTR a name in
-ninfer.kernels.cpu.matmul (`matmul.`), ninfer.kernels.cpu.qmatmul (`qmatmul.`), the
-helpers they share, ninfer.kernels.cpu.common (`common.`), or (for ab_engine_decode)
-ninfer.kernels.cpu.attention (`attention.`) or ninfer.plan (`plan.`), EXPR evaluated with
-those modules and MatmulTiles / QTiles in scope; an empty list is the code
-as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized
+ninfer.kernels.cpu.matmul (`matmul.`), ninfer.kernels.cpu.qmatmul (`qmatmul.`; its
+activations' module `qactivations.`, K_BLOCK there), the helpers they share,
+ninfer.kernels.cpu.build (`build.`), ninfer.kernels.cpu.common (`common.`), or (for
+ab_engine_decode) ninfer.kernels.cpu.attention (`attention.`) or ninfer.plan (`plan.`),
+EXPR evaluated with those modules and MatmulTiles / QTiles in scope; an empty list is the
+code as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized
 formats) as it was at git revision REV, fed the weight layout that revision's spec names
 (rows before the panels layout existed); ab_engine_decode takes `@REV` as both kernel
 files at REV. Every variant builds the projection shapes of
@@ -74,10 +75,10 @@ def _parse() -> argparse.Namespace:
 def variant_applied(variant: str) -> Iterator[None]:
     """The kernel modules with a variant's `ATTR=EXPR; ...` assignments set, restored after."""
     from ninfer import plan
-    from ninfer.kernels.cpu import attention, build, common, matmul, qmatmul
+    from ninfer.kernels.cpu import attention, build, common, matmul, qactivations, qmatmul
 
     scope = {"common": common, "matmul": matmul, "qmatmul": qmatmul, "attention": attention,
-             "plan": plan, "build": build,
+             "plan": plan, "build": build, "qactivations": qactivations,
              "MatmulTiles": matmul.MatmulTiles, "QTiles": qmatmul.QTiles}
     saved = []
     if variant.strip().startswith("@"):  # both kernel files as they were at that revision
@@ -117,16 +118,21 @@ def _rev_source(rev: str, module: str) -> str:
 
 
 def rev_module(rev: str, name: str) -> Any:
-    """The kernel module `name` (matmul or qmatmul) as it was at git revision `rev`."""
+    """The kernel module `name` (matmul, qmatmul with its qactivations) as it was at git
+    revision `rev`."""
     import importlib.util
     import sys
     import tempfile
     from pathlib import Path
 
     src = _rev_source(rev, f"kernels/cpu/{name}")
+    if name == "qmatmul" and "from .qactivations import" in src:  # its x side at `rev` too
+        acts = rev_module(rev, "qactivations")
+        src = src.replace("from .qactivations import",
+                          f"from .{acts.__name__.rsplit('.', 1)[1]} import")
     path = Path(tempfile.mkdtemp()) / f"_ab_{name}.py"
     path.write_text(src)
-    modname = f"ninfer.kernels.cpu._ab_{name}_{rev}"
+    modname = "ninfer.kernels.cpu._ab_{}_{}".format(name, re.sub(r"\W", "_", rev))
     spec = importlib.util.spec_from_file_location(modname, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -7,12 +7,10 @@ FMA per 8 weights (plus the nibble unpack). Instead, as in llama.cpp, the activa
 quantized too and each group is an exact integer dot product, 64 multiply-adds per
 instruction:
 
-1. Before the parallel loop (gemv: serially; gemm: parallel over rows), every row of x is
-   cut into the same groups of G and rounded to int8 with one float32 scale
-   dx = max|x| / 127 per group (numpy model: `quant.quantize_activations`), into
-   workspace buffers. For q4 the int8 values of every 128-long chunk of k are stored
-   evens first, then odds (a 64-long last chunk: 32 and 32), to line up with the low and
-   high nibbles of 64 weight bytes.
+1. Before the parallel loop, every row of x is rounded to int8 per group with one float32
+   scale per group, in the weights' byte order, with the corrections the dots need
+   (qactivations.py, which also holds QShape, the sizes both files derive their loops
+   from).
 2. k is walked in *steps* of one 512-bit vector of weight bytes: q8: two groups (64 k);
    q4g64: two groups (128 k); q4 with G >= 128: one group (G / 128 vectors). A step's
    exact integer dot is an int32x16 whose lanes sum to it, lane l holding the products of
@@ -82,10 +80,8 @@ from tvm import tirx
 from tvm.script import tirx as T
 from tvm.script.ir_builder import tirx as irb
 
-from ninfer.quantize.weight_formats import LANE_GROUPS, check_k, format_info
-
 from ..spec import MatmulSpec
-from .common import F32, f32, hmax, hsum_vector, i64, prefetch, scratch
+from .common import F32, f32, hsum_vector, i64, prefetch, scratch
 from .intdot import (
     BYTES,
     LANES,
@@ -101,11 +97,8 @@ from .intdot import (
     use_zmm,
     vec,
 )
+from .qactivations import UNIT, QShape, x_quantizer
 
-UNIT = 64  # weight bytes per 512-bit vector
-
-# k values per block whose lane sums are added into out (multiple of every group size).
-K_BLOCK = 1024
 # gemv: each task prefetches the weight array this many bytes ahead of what it reads
 # (2-8 KB measured alike; none: ~20% slower on q4 at k = 4096).
 PREFETCH_BYTES = 4096
@@ -148,59 +141,28 @@ def qmatmul(spec: MatmulSpec) -> tirx.PrimFunc:
 
 
 def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
-    info = format_info(spec.wdtype)
-    if not info.quantized or info.bits not in (4, 8):
-        raise ValueError(f"cpu_qmatmul: {spec.wdtype} is not a group-quantized format")
+    sh = QShape.of(spec)
     K, N, has_bias = spec.k, spec.n_out, spec.bias
-    check_k(spec.wdtype, K)
-    G = info.group
-    Q4 = info.bits == 4
-    if Q4 and G % 64:
-        raise ValueError(f"cpu_qmatmul: q4 groups must be multiples of 64, got {G}")
-    if not Q4 and G != BYTES:
-        raise ValueError(f"cpu_qmatmul: q8 groups must be {BYTES} long, got {G}")
-    NG = K // G  # groups per row
+    Q4, NG, KQ = sh.q4, sh.ng, sh.kq
+    QDT = "uint8" if Q4 else "int8"
     # q8g32 / q4g64 in the "lanes" layout: each whole block of LANE_GROUPS groups (BSTEPS
     # steps) has group l in lane l of every step's vector; its steps' integer dots are
     # summed per lane and converted and scaled once (the groups after the last whole
     # block: per step)
-    LANES16 = spec.layout == "lanes"
-    if spec.layout not in ("rows", "lanes") or (LANES16 and G != (64 if Q4 else BYTES)):
-        raise ValueError(f"cpu_qmatmul: no kernel for {spec.wdtype} in the {spec.layout!r} "
-                         "layout (rows; lanes for q8g32 and q4g64)")
-    NB16 = NG // LANE_GROUPS if LANES16 else 0  # whole blocks a row
-    GB = K_BLOCK // G  # groups per k block
-    KQ = K // 2 if Q4 else K  # bytes of q per row
-    QDT = "uint8" if Q4 else "int8"
-    KU = 128 if Q4 else 64  # k per weight vector of UNIT bytes
-    BSTEPS = LANE_GROUPS * G // KU  # steps per block of the lanes layout (8)
-    GPS = max(1, KU // G)  # groups per step (2 or 1)
-    UPS = max(1, G // KU)  # weight vectors per step
-    NSF = NG // GPS  # full steps per row
-    TAIL = NG % GPS  # 1: a last step of one group
-    SPB = GB // GPS  # steps per full k block
-    NKBF = NSF // SPB  # full k blocks
-    REM = NSF % SPB  # full steps of the last, partial k block (with the tail step)
-    assert not LANES16 or SPB % BSTEPS == 0  # k blocks hold whole lanes blocks
+    LANES16, BSTEPS = sh.lanes, sh.bsteps
+    GPS, UPS, NSF, TAIL = sh.gps, sh.ups, sh.nsf, sh.tail
+    SPB, NKBF, REM = sh.spb, sh.nkbf, sh.rem
     MR, NR, MB = tl.mr, tl.nr, tl.mb
     NJB = N // NR
     N0 = NJB * NR
     G_PANEL = max(1, min(64, -(-NJB // tl.panels))) if tl.panels else 1
     NP = -(-NJB // G_PANEL)
 
-    vnni = use_vnni()
-    zmm = vnni and use_zmm()
-    ABSX = not Q4 and not vnni  # q8 without VNNI: vpsignb path, |x| kept
+    vnni, zmm, ABSX = sh.vnni, sh.zmm, sh.absx
     zero8 = tirx.Broadcast(tirx.const(0, "int32"), LANES)
     zero16 = tirx.Broadcast(tirx.const(0, "int32"), ZL)
     zero8f = tirx.Broadcast(f32(0.0), LANES)
-    ones_u8 = tirx.Broadcast(tirx.const(1, "uint8"), BYTES)
-
-    def sum4(xv: tirx.PrimExpr) -> tirx.PrimExpr:
-        """int32x8: sums of 4 adjacent int8 of a 32-byte x vector."""
-        if vnni:
-            return dpbusd(zero8, ones_u8, xv)
-        return maddwd(maddubs(ones_u8, xv))
+    quantize_x = x_quantizer(sh, parallel=MR > 1)
 
     def nibbles(wb: tirx.PrimExpr, lanes: int) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
         return (wb & tirx.Broadcast(tirx.const(15, "uint8"), lanes),
@@ -307,141 +269,6 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
         # one 8-byte load and one vpermps
         pair = sg[r, c, vec(s * 2, 2)]
         return tirx.Shuffle([pair] * LANES, [tirx.IntImm("int32", v // LANES) for v in range(ZL)])
-
-    def group_sums(xq, i, g):
-        """int32x8 whose lanes sum to the sum of q4 group g's rounded x (in xq's order)."""
-        if G == 64:  # half of a 128 chunk: its evens, then its odds
-            base = g // 2 * 128 + g % 2 * BYTES
-            return sum4(xq[i, vec(base, BYTES)]) + sum4(xq[i, vec(base + 64, BYTES)])
-        total = sum4(xq[i, vec(g * G, BYTES)])
-        for t in range(1, G // BYTES):
-            total = total + sum4(xq[i, vec(g * G + t * BYTES, BYTES)])
-        return total
-
-    def lane_sums(xq, i, b, h):
-        """int32x8: lane m is the sum of the rounded x of group 16 b + 8 h + m, a group of
-        a whole lanes block (xq in the lanes order: each step's bytes 4 m.. of half h)."""
-        total = None
-        for jj in range(BSTEPS):
-            base = (b * BSTEPS + jj) * (128 if Q4 else UNIT) + h * BYTES
-            part = sum4(xq[i, vec(base, BYTES)])
-            if Q4:  # the step's evens, then its odds
-                part = part + sum4(xq[i, vec(base + 64, BYTES)])
-            total = part if total is None else total + part
-        return total
-
-    evens = [tirx.IntImm("int32", 2 * v) for v in range(LANES)]
-    odds = [tirx.IntImm("int32", 2 * v + 1) for v in range(LANES)]
-    evens4, odds4 = evens[:4], odds[:4]
-
-    @T.macro
-    def deinterleave(x, xq, inv, i, k0, p0, W):
-        # q4: x[i, k0 : k0 + 16] rounded with its group's 127 / max|x|, evens to xq[i, p0:]
-        # and odds to xq[i, p0 + W:] (vector loads and shuffles, not a strided gather)
-        xv = T.bind(x[i, vec(k0, 2 * LANES)])
-        m = T.bind(bcast(inv[k0 // G], LANES))
-        xq[i, vec(p0, LANES)] = T.Cast("int8x8", T.nearbyint(tirx.Shuffle([xv], evens) * m))
-        xq[i, vec(p0 + W, LANES)] = T.Cast("int8x8", T.nearbyint(tirx.Shuffle([xv], odds) * m))
-
-    @T.macro
-    def quantize_row(x, xq, xa, xcor, xs, i):
-        # row i of x -> xq (q4: chunks of 128 as evens, odds), dx per group (xs),
-        # the lanes' corrections (xcor) or |xq| (xa)
-        inv = scratch((NG,))
-        for g in range(NG):
-            m8 = scratch((LANES,))
-            for v in T.vectorized(LANES):
-                m8[v] = f32(0.0)
-            for t in range(G // LANES):
-                for v in T.vectorized(LANES):
-                    m8[v] = T.max(m8[v], T.fabs(x[i, g * G + t * LANES + v]))
-            amax = T.bind(hmax(m8))
-            xs[i, g] = amax / f32(127.0)
-            inv[g] = T.if_then_else(amax > f32(0.0), f32(127.0) / amax, f32(0.0))
-        if Q4:
-            # lanes layout: group g = 16 b + l of a whole block, k = 64 g + 8 j + (0..7):
-            # its 4 evens at 1024 b + 128 j + 4 l, its 4 odds 64 after (as the weights'
-            # bytes, quantize.weight_formats.lanes_order)
-            for g in range(NB16 * LANE_GROUPS):
-                for jj in range(BSTEPS):
-                    xv4 = T.bind(x[i, vec(g * G + jj * 8, 8)])
-                    m4 = T.bind(bcast(inv[g], 4))
-                    p4 = T.bind(g // LANE_GROUPS * (LANE_GROUPS * G) + jj * 128
-                                + g % LANE_GROUPS * 4)
-                    xq[i, vec(p4, 4)] = T.Cast(
-                        "int8x4", T.nearbyint(tirx.Shuffle([xv4], evens4) * m4))
-                    xq[i, vec(p4 + 64, 4)] = T.Cast(
-                        "int8x4", T.nearbyint(tirx.Shuffle([xv4], odds4) * m4))
-            for c in range(NB16 * BSTEPS, K // 128):
-                for t in T.unroll(64 // LANES):
-                    deinterleave(x, xq, inv, i, c * 128 + t * 2 * LANES, c * 128 + t * LANES, 64)
-            if K % 128 > 0:
-                for t in T.unroll(BYTES // LANES):
-                    deinterleave(x, xq, inv, i, K - 64 + t * 2 * LANES, K - 64 + t * LANES, BYTES)
-        else:
-            # lanes layout: group g = 16 b + l of a whole block, k = 32 g + 4 j + t, at
-            # 512 b + 64 j + 4 l + t (as the weights: quantize.weight_formats.lanes_order)
-            for g in range(NB16 * LANE_GROUPS):
-                for jj in range(G // 4):
-                    for v in T.vectorized(4):
-                        xq[i, g // LANE_GROUPS * (LANE_GROUPS * G) + jj * UNIT
-                           + g % LANE_GROUPS * 4 + v] = T.Cast(
-                            "int8", T.nearbyint(x[i, g * G + jj * 4 + v] * inv[g]))
-            for g in range(NB16 * LANE_GROUPS, NG):
-                for t in range(G // LANES):
-                    for v in T.vectorized(LANES):
-                        xq[i, g * G + t * LANES + v] = T.Cast(
-                            "int8", T.nearbyint(x[i, g * G + t * LANES + v] * inv[g]))
-            if ABSX:
-                for t in range(K // LANES):
-                    for v in T.vectorized(LANES):
-                        xa[i, t * LANES + v] = T.Cast("int8", T.abs(xq[i, t * LANES + v]))
-        if Q4:
-            # per group: the correction c_g of the nibbles' offset (step 2), an exact integer
-            # as float32; ZL zeros after the last (a k block's last vector of them may run
-            # past NG)
-            for v in T.vectorized(ZL):
-                xcor[i, NG + v] = f32(0.0)
-            for b in range(NB16):  # a whole lanes block: its 16 groups' sums in the lanes
-                for h in T.unroll(2):
-                    xcor[i, vec(b * LANE_GROUPS + h * LANES, LANES)] = (
-                        bcast(f32(-8.0), LANES) * T.Cast("float32x8", lane_sums(xq, i, b, h)))
-            for g in range(NB16 * LANE_GROUPS, NG - TAIL):
-                xcor[i, g] = f32(-8.0) * hsum_vector(
-                    T.Cast("float32x8", group_sums(xq, i, g)), LANES)
-            if TAIL > 0:  # the last 64 of k: evens, then odds
-                xcor[i, NG - 1] = f32(-8.0) * hsum_vector(T.Cast(
-                    "float32x8", sum4(xq[i, vec(K - 64, BYTES)]) + sum4(xq[i, vec(
-                        K - BYTES, BYTES)])), LANES)
-        elif vnni:
-            # q8, per whole lanes block: its groups' corrections of q + 128 (-128 x the
-            # sums of their x), at the block's first step's place
-            for b in range(NB16):
-                for h in T.unroll(2):
-                    xcor[i, vec(b * BSTEPS * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
-                        lane_sums(xq, i, b, h), bcast(tirx.const(7, "int32"), LANES))
-            # per step after them: the lanes' corrections of q + 128
-            for s in range(NB16 * BSTEPS, NSF):
-                for h in range(2):
-                    xcor[i, vec(s * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
-                        sum4(xq[i, vec(s * UNIT + h * BYTES, BYTES)]),
-                        bcast(tirx.const(7, "int32"), LANES))
-            if TAIL > 0:
-                xcor[i, vec(NSF * ZL, LANES)] = zero8 - tirx.shift_left(
-                    sum4(xq[i, vec(K - BYTES, BYTES)]), bcast(tirx.const(7, "int32"), LANES))
-                for v in T.vectorized(LANES):
-                    xcor[i, NSF * ZL + LANES + v] = 0
-
-    @T.macro
-    def quantize_x(x, xq, xa, xcor, xs, n):
-        # Before the matmul's parallel loop. gemv (a few rows): serially on the calling
-        # thread, which is cheaper than another parallel launch; gemm: parallel over rows.
-        if MR > 1:
-            for i in T.parallel(n):
-                quantize_row(x, xq, xa, xcor, xs, i)
-        else:
-            for i in range(n):
-                quantize_row(x, xq, xa, xcor, xs, i)
 
     @T.macro
     def fill_scales(sc, xs, sg, i0, j0, g0, gn, R, C, cs):
