@@ -11,8 +11,8 @@ ab_engine_decode) ninfer.kernels.cpu.attention (`attention.`) or ninfer.plan (`p
 EXPR evaluated with those modules and MatmulTiles / QTiles in scope; an empty list is the
 code as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized
 formats) as it was at git revision REV, fed the weight layout that revision's spec names
-(rows before the panels layout existed); ab_engine_decode takes `@REV` as both kernel
-files at REV. Every variant builds the projection shapes of
+(rows before the panels layout existed); ab_engine_decode takes `@REV` as matmul.py,
+qmatmul.py and attention.py at REV. Every variant builds the projection shapes of
 bench_llamacpp's 0.5B model (TVM's runtime and thread pool, --threads). gemv: weights
 cycled through copies that fill --stream-mb (in one huge-page mapping, as the CPU engine
 holds them; --small-pages: TVM's own allocations), GB/s of weights (scales included) read;
@@ -81,13 +81,15 @@ def variant_applied(variant: str) -> Iterator[None]:
              "plan": plan, "build": build, "qactivations": qactivations,
              "MatmulTiles": matmul.MatmulTiles, "QTiles": qmatmul.QTiles}
     saved = []
-    if variant.strip().startswith("@"):  # both kernel files as they were at that revision
+    builders = dict(build._BUILDERS)
+    if variant.strip().startswith("@"):  # the kernel files as they were at that revision
         rev = variant.strip()[1:]
         variant = ""
         for name in ("matmul", "qmatmul"):
             module = scope[name]
             saved.append((module, name, getattr(module, name)))
             setattr(module, name, getattr(rev_module(rev, name), name))
+        build._BUILDERS["attention"] = rev_module(rev, "attention").attention
     try:
         for assignment in filter(None, (a.strip() for a in variant.split(";"))):
             target, expr = (s.strip() for s in assignment.split("=", 1))
@@ -99,6 +101,7 @@ def variant_applied(variant: str) -> Iterator[None]:
     finally:
         for module, attr, value in reversed(saved):
             setattr(module, attr, value)
+        build._BUILDERS.update(builders)
 
 
 def _build(variant: str, specs: list[Any]) -> Any:

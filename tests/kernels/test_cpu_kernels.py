@@ -179,6 +179,16 @@ HEADS_ATTN_CASES = [
     for c in [ATTN_CASES[5], ATTN_CASES[6], ATTN_CASES[-3], ATTN_CASES[-1]]
     + [c for c in KV_ATTN_CASES if c.spec.head_dim == 64]
 ]
+# Other KV block sizes the runtime allows (plan.ServeLimits: 8 to 64): the kernel walks
+# a key block as runs of min(KEY_BLOCK, block) keys, so runs smaller than, equal to and
+# within a block; decode, prefill and mixed steps whose rows end mid-run.
+BLOCK_ATTN_CASES = [
+    AttnCase(dataclasses.replace(c.spec, layout="heads", block_size=bs,
+                                 kv_blocks=c.spec.max_seqs * c.spec.max_ctx // bs + 1),
+             c.segments)
+    for bs in (8, 32, 64) for c in [ATTN_CASES[5], ATTN_CASES[6], ATTN_CASES[-3]]
+]
+HEADS_ATTN_CASES += BLOCK_ATTN_CASES
 HEADS_STORES = [
     KvStoreSpec(width=128, pool_rows=48, kv_dtype=f, head_dim=32, layout="heads",
                 block_size=16, rotate=32 if f == "int4" else 0) for f in kv_formats.KV_DTYPES
@@ -193,6 +203,7 @@ def _rows_twin(spec: KvStoreSpec) -> KvStoreSpec:
 def kernels() -> tvm.runtime.Executable:
     specs = [case.spec for case in CASES] + [case.spec for case in ATTN_CASES + KV_ATTN_CASES]
     specs += [case.spec for case in HEADS_ATTN_CASES]
+    specs += [dataclasses.replace(case.spec, layout="rows") for case in BLOCK_ATTN_CASES]
     stores = KV_STORE_CASES + KV_FORMAT_STORES + HEADS_STORES
     return build_cpu_module(specs + stores + [_rows_twin(s) for s in HEADS_STORES])
 

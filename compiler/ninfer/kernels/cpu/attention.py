@@ -17,7 +17,11 @@ the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
 1. scores s[r, j] = (q[r] * scale) . k[j]: head_dim / VW vector FMAs per query and key,
    then a horizontal sum (halving vector adds); keys past a row's causal limit get -1e30
    (exactly 0 after exp).
-   Meanwhile the values of this block and the keys of the next are prefetched. The pools
+   Keys are visited a run at a time (U = min(KEY_BLOCK, block size) keys of one block:
+   one block-table lookup a run, contiguous in the "heads" layout), and with each key the
+   lines of the key K_AHEAD keys on and of the value V_AHEAD keys on are prefetched into
+   L2 (the item's first ones before the loop): one decode row's item walks a few short
+   runs and was latency-bound with the block-ahead L1 prefetch it had before. The pools
    are best stored in the "heads" layout (spec.layout, kv_formats.KV_LAYOUTS), where a kv
    head's keys of a block are one contiguous run; token-major rows put a head's keys
    kv_heads * head_dim values apart, which the hardware prefetchers follow badly and
@@ -65,6 +69,12 @@ from .kv import hadamard, line_elems, load, pool_index, storage_width
 KEY_BLOCK = 32  # keys per online-softmax step (multiple of the lanes)
 MAX_SUBGROUP = 4  # query heads sharing one work item
 NEG = -1.0e30  # score of a masked key; fast_exp flushes exp(NEG - m) to 0
+# Prefetch distances in keys (multiples of a run: see attend), into L2 (locality 2): at
+# one decode row the item's walk is latency-bound, and from memory these read 1.3-1.7x the
+# old one-block-ahead L1 prefetch (benchmarks/ab_attention.py, RESULTS session 35)
+K_AHEAD = 32  # keys ahead of the scored one whose key lines are prefetched
+V_AHEAD = 16  # keys ahead of the scored one whose value lines are prefetched
+LOCALITY = 2
 
 
 def attention_lanes() -> int:
@@ -111,6 +121,9 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
     MQ = max_queries() // S  # query rows per work item in the multi-row pass
     DV = D // VW
     B = KEY_BLOCK
+    U = min(B, BS)  # keys of a run: one kv head's keys of one block, or KEY_BLOCK of them
+    NU = B // U
+    assert B % U == 0 and BS % U == 0, (B, BS)
     BV = B // VW
     KVD = spec.kv_dtype
     DS = storage_width(KVD, D)  # stored elements per head vector
@@ -163,27 +176,54 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                     acc[r, dv * VW + v] = f32(0.0)
             if ROT:
                 rotate(qs, r)
+        # the first keys and values, which the loop's prefetches do not cover
+        for jp in range(K_AHEAD // U):
+            kp0 = T.bind(T.min(jp * U, last))
+            bp0 = T.bind(phys(bt, s, kp0)[0])
+            sp0 = T.bind(kp0 % BS // U * U)
+            for jj in range(U):
+                for line in T.unroll(LINES):
+                    T.evaluate(prefetch(kc, *at((bp0, sp0 + jj), g), line * LE,
+                                        locality=LOCALITY))
+                    if jp * U < V_AHEAD:
+                        T.evaluate(prefetch(vc, *at((bp0, sp0 + jj), g), line * LE,
+                                            locality=LOCALITY))
         for jb in range((last + B) // B):
-            # 1. scores of this key block
-            for jj in range(B):
-                jc = T.bind(at(phys(bt, s, T.min(jb * B + jj, last)), g)[0])
-                gc = T.bind(at(phys(bt, s, T.min(jb * B + jj, last)), g)[1])
-                jn = T.bind(at(phys(bt, s, T.min(jb * B + jj + B, last)), g)[0])
-                gn = T.bind(at(phys(bt, s, T.min(jb * B + jj + B, last)), g)[1])
-                for line in T.unroll(LINES):  # values for step 3, keys of the next block
-                    T.evaluate(prefetch(vc, jc, gc, line * LE))
-                    T.evaluate(prefetch(kc, jn, gn, line * LE))
-                for r in T.unroll(R):
-                    for v in T.vectorized(VW):
-                        dot[r, v] = f32(0.0)
-                for dv in T.unroll(DV):
+            # 1. scores of this key block, one run of U keys (contiguous in the "heads"
+            # layout) at a time: the run's block is looked up once
+            for u in range(NU):
+                kb = T.bind(T.min(jb * B + u * U, last))  # the run's first key, or last
+                blk = T.bind(phys(bt, s, kb)[0])
+                slot0 = T.bind(kb % BS)
+                lim = T.bind(last - kb)  # keys of the run past it read key `last`
+                # the runs K_AHEAD (keys) and V_AHEAD (values) keys on, a key's lines
+                # with each key (a burst of a run's 64 prefetches stalls the loads)
+                kp = T.bind(T.min(jb * B + u * U + K_AHEAD, last))
+                bp = T.bind(phys(bt, s, kp)[0])
+                sp = T.bind(kp % BS // U * U)
+                vp = T.bind(T.min(jb * B + u * U + V_AHEAD, last))
+                bv = T.bind(phys(bt, s, vp)[0])
+                sv = T.bind(vp % BS // U * U)
+                for jj in range(U):
+                    for line in T.unroll(LINES):
+                        T.evaluate(prefetch(kc, *at((bp, sp + jj), g), line * LE,
+                                            locality=LOCALITY))
+                        T.evaluate(prefetch(vc, *at((bv, sv + jj), g), line * LE,
+                                            locality=LOCALITY))
+                    jc = T.bind(at((blk, slot0 + T.min(jj, lim)), g)[0])
+                    gc = T.bind(at((blk, slot0 + T.min(jj, lim)), g)[1])
                     for r in T.unroll(R):
                         for v in T.vectorized(VW):
-                            dot[r, v] = dot[r, v] + qs[r, dv * VW + v] * load(
-                                KVD, kc, ks, jc, gc, dv, v, VW)
-                for r in T.unroll(R):
-                    sc[r, jj] = T.Select(jb * B + jj <= first + r // S, hsum_vector(
-                        dot[r, T.ramp(i64(0), 1, VW)], VW), f32(NEG))
+                            dot[r, v] = f32(0.0)
+                    for dv in T.unroll(DV):
+                        for r in T.unroll(R):
+                            for v in T.vectorized(VW):
+                                dot[r, v] = dot[r, v] + qs[r, dv * VW + v] * load(
+                                    KVD, kc, ks, jc, gc, dv, v, VW)
+                    for r in T.unroll(R):
+                        sc[r, u * U + jj] = T.Select(
+                            jb * B + u * U + jj <= first + r // S,
+                            hsum_vector(dot[r, T.ramp(i64(0), 1, VW)], VW), f32(NEG))
             # 2. online softmax update
             for r in range(R):
                 for v in T.vectorized(VW):
@@ -207,16 +247,20 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                     for d in T.unroll(DC):
                         for v in T.vectorized(VW):
                             pv[r, d * VW + v] = acc[r, (dc * DC + d) * VW + v] * corr[r]
-                for jj in range(B):
-                    jc = T.bind(at(phys(bt, s, T.min(jb * B + jj, last)), g)[0])
-                    gc = T.bind(at(phys(bt, s, T.min(jb * B + jj, last)), g)[1])
-                    for r in T.unroll(R):
-                        for d in T.unroll(DC):
-                            for v in T.vectorized(VW):
-                                pv[r, d * VW + v] = (
-                                    pv[r, d * VW + v]
-                                    + sc[r, jj] * load(KVD, vc, vs, jc, gc, dc * DC + d, v, VW)
-                                )
+                for u in range(NU):
+                    kb = T.bind(T.min(jb * B + u * U, last))
+                    blk = T.bind(phys(bt, s, kb)[0])
+                    slot0 = T.bind(kb % BS)
+                    lim = T.bind(last - kb)
+                    for jj in range(U):
+                        jc = T.bind(at((blk, slot0 + T.min(jj, lim)), g)[0])
+                        gc = T.bind(at((blk, slot0 + T.min(jj, lim)), g)[1])
+                        for r in T.unroll(R):
+                            for d in T.unroll(DC):
+                                for v in T.vectorized(VW):
+                                    pv[r, d * VW + v] = pv[r, d * VW + v] + sc[
+                                        r, u * U + jj] * load(KVD, vc, vs, jc, gc,
+                                                              dc * DC + d, v, VW)
                 for r in T.unroll(R):
                     for d in T.unroll(DC):
                         for v in T.vectorized(VW):

@@ -186,7 +186,7 @@ def bf16_float(bits: tirx.PrimExpr) -> tirx.PrimExpr:
     return tirx.reinterpret(F32, tirx.Cast("uint32", bits) << tirx.const(16, "uint32"))
 
 
-def prefetch(buf: tirx.Buffer, *index: tirx.PrimExpr) -> tirx.PrimExpr:
+def prefetch(buf: tirx.Buffer, *index: tirx.PrimExpr, locality: int = 3) -> tirx.PrimExpr:
     """Hint the cache line holding buf[index] into L1 (a no-op for correctness; prefetching
     into L2 instead measured no faster, RESULTS 2026-12-02). The index may run past the
     buffer's end: a prefetch never faults (x86 PREFETCHh, AArch64 PRFM), so the streams
@@ -199,7 +199,7 @@ def prefetch(buf: tirx.Buffer, *index: tirx.PrimExpr) -> tirx.PrimExpr:
         "llvm.prefetch.p0",
         tirx.address_of(buf[index]),
         tirx.const(0, i32),
-        tirx.const(3, i32),
+        tirx.const(locality, i32),
         tirx.const(1, i32),  # read, data
     )
 
