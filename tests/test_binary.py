@@ -263,6 +263,31 @@ def test_weights_are_copied_into_huge_page_memory_unless_mmap_weights(qwen3_mode
     assert texts[()] == texts[("--mmap-weights",)]
 
 
+def test_kv_block_size_64_gives_the_default_builds_logits(qwen3_model):
+    """--kv-block-size 64 (the plan's blocks, the runtime's block tables, the CPU attention's
+    runs of 32 keys instead of 16) reads the same keys in the same order and softmax steps
+    as the default 16 blocks: a prompt of several chunks and the decode steps after it give
+    bitwise the default build's logits; the compile report says 64."""
+    import dataclasses
+
+    import numpy as np
+
+    from conftest import TEST_MODELS, compile_once, compiled_options
+    from ninfer.runtime.engine import load_engine
+
+    opts = dataclasses.replace(compiled_options("qwen3-tiny"), kv_block_size=64,
+                               out_dir=TEST_MODELS / "qwen3-tiny-kvb64-cpu")
+    compile_once(opts)
+    report = json.loads((opts.out_dir / "compile_report.json").read_text())
+    assert report["plan"]["kv"]["block_size"] == 64
+    base, big = qwen3_model.engine(), load_engine(opts.out_dir, threads=2)
+    ids = [(7 * i) % 500 + 3 for i in range(70)]  # 5 chunks; the 2nd block from token 64
+    assert np.array_equal(base.forward(ids, 0), big.forward(ids, 0))
+    for step in range(5):
+        assert np.array_equal(base.forward([11 + step], 70 + step),
+                              big.forward([11 + step], 70 + step)), step
+
+
 def test_python_engine_copies_weights_unless_mmap_weights(qwen3_model):
     """The Python engine loads as the server does (load_engine's mmap_weights is the
     server's --mmap-weights), with the same logits either way."""

@@ -149,3 +149,5 @@ def test_kv_dtype_kernels_and_refusals(tmp_path):
         make_plan(_graph(tmp_path / "b", 16), cpu, ServeLimits(256, 16, kv_dtype="int4"))
     with pytest.raises(PlanError, match="--kv-dtype 'int2' is not one of"):
         make_plan(graph, cpu, ServeLimits(256, 16, kv_dtype="int2"))
+    with pytest.raises(PlanError, match="--kv-block-size 12 must be 8, 16, 32 or 64"):
+        make_plan(graph, cpu, ServeLimits(256, 16, kv_block_size=12))

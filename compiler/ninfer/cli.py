@@ -41,6 +41,11 @@ console = Console(stderr=True)
 @click.option("--kv-capacity", default="auto", show_default=True,
               help="Tokens in the paged KV pool: 'auto' (every slot at full context, capped "
                    "by the memory left after weights and activations) or a number.")
+@click.option("--kv-block-size", default="16", show_default=True,
+              type=click.Choice(["8", "16", "32", "64"]),
+              help="Tokens per block of the paged KV cache: the unit of its allocation and "
+                   "of prefix-cache hits (larger blocks share prefixes more coarsely). The "
+                   "CPU attention gives the same outputs at every size.")
 @click.option("--weights", "weights", default="auto", show_default=True,
               type=click.Choice(["auto", "f32", "f16", "bf16", "q8g32", "q4g64", "q4g128"]),
               help="Storage format of the matmul weights: auto keeps the checkpoint's dtype "
@@ -111,7 +116,7 @@ console = Console(stderr=True)
                    "shared memory, CTAs/SM, resident budget, largest size that fits.")
 def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: str | None,
          max_context: int | None, prefill_chunk: int | None, max_concurrency: int | None,
-         kv_capacity: str, spec: str, max_draft_tokens: int | None,
+         kv_capacity: str, kv_block_size: str, spec: str, max_draft_tokens: int | None,
          state_checkpoints: int | None,
          weights: str, weight_overrides: tuple[str, ...], kv_dtype: str, cpu_gemv_streams: str,
          cpu_bf16_activations: str, gdn_prefill: str,
@@ -160,6 +165,7 @@ def main(model_dir: Path | None, target: str, out_dir: Path | None, model_id: st
                               prefill_chunk=prefill_chunk,
                               max_concurrency=max_concurrency,
                               kv_capacity=0 if kv_capacity == "auto" else int(kv_capacity),
+                              kv_block_size=int(kv_block_size),
                               weights=weights, weight_overrides=tuple(overrides),
                               kv_dtype=kv_dtype, gdn_prefill=gdn_prefill,
                               cpu_gemv_streams=cpu_gemv_streams,

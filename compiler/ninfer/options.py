@@ -57,6 +57,7 @@ class CompileOptions:
     prefill_chunk: int | None = None
     max_concurrency: int | None = None
     kv_capacity: int = 0  # tokens; 0 = auto
+    kv_block_size: int = 16  # tokens per KV block (ServeLimits.kv_block_size)
     # Matmul weight format (plan.FORMAT_WDTYPES), or "auto": the checkpoint's own dtype
     # (a bf16 checkpoint stays bf16, as llama.cpp's converter keeps it); resolved by
     # with_checkpoint_weights once the frontend has read the checkpoint.
@@ -231,6 +232,7 @@ class CompileOptions:
         context, chunk, concurrency = self._limit_values(max_positions)
         return ServeLimits(context, chunk, max_concurrency=concurrency, gemv_max_rows=gemv_rows,
                            kv_capacity=self.kv_capacity, kv_dtype=self.kv_dtype,
+                           kv_block_size=self.kv_block_size,
                            gdn_prefill="chunked" if self.gdn_prefill == "chunked"
                            else "recurrent", spec=self.spec,  # type: ignore[arg-type]
                            max_draft_tokens=self.draft_tokens,

@@ -146,7 +146,7 @@ class ServeLimits:
                             f"--prefill-chunk {self.prefill_chunk}]: every running request "
                             "decodes one row per step; lower it or raise the prefill chunk")
         if self.kv_block_size not in (8, 16, 32, 64):
-            raise PlanError(f"kv block size {self.kv_block_size} must be 8, 16, 32 or 64")
+            raise PlanError(f"--kv-block-size {self.kv_block_size} must be 8, 16, 32 or 64")
         if self.kv_dtype not in KV_DTYPES:
             raise PlanError(f"--kv-dtype {self.kv_dtype!r} is not one of "
                             f"{', '.join(KV_DTYPES)}")
