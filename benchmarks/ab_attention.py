@@ -7,7 +7,7 @@ Each --variant is ab_cpu_matmul's `NAME: ATTR=EXPR; ...` (`attention.`, `common.
 `build.`, ... in scope), or `NAME: @REV` for attention.py as it was at git revision REV;
 `--block-size` builds every variant with that KV block instead of the plan's 16. The
 kernel is bench_llamacpp's model layer (16 query heads, 8 kv heads, head_dim 128, f16
-pools in the CPU plan's "heads" layout, max context 1024) at one decode row, as a decode
+pools in the CPU plan's "heads" layout, max context --max-context) at one decode row, as a decode
 step calls it: the row's keys and values come from memory, not from the caches (a step
 streams the weights between two visits of a layer's KV cache), so each call takes the
 next of enough sequences to fill --pool-mb. Prints per context the median and best
@@ -30,7 +30,7 @@ from typing import Any
 
 from ab_cpu_matmul import _HugeArena, rev_module, variant_applied
 
-HEADS, KV_HEADS, HEAD_DIM, MAX_CTX = 16, 8, 128, 1024
+HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
 
 
 def _parse() -> argparse.Namespace:
@@ -38,6 +38,8 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--variant", action="append", required=True)
     p.add_argument("--contexts", default="160,1024", help="comma-separated key counts")
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-context", type=int, default=1024,
+                   help="the kernel's max context (bench_llamacpp's model: 1024)")
     p.add_argument("--kv-dtype", default="f16")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=200, help="calls per timing")
@@ -74,12 +76,12 @@ def main() -> None:
     from ninfer.kernels import AttentionSpec
     from ninfer.quantize import kv_formats as K
 
-    bs = args.block_size
+    bs, max_ctx = args.block_size, args.max_context
     contexts = [int(c) for c in args.contexts.split(",")]
     row_bytes = 2 * K.pool_bytes_per_row(args.kv_dtype, KV_HEADS, HEAD_DIM)  # K + V
-    per_seq = -(-MAX_CTX // bs)
-    seqs = max(1, (args.pool_mb << 20) // (MAX_CTX * row_bytes)) if args.pool_mb else 1
-    spec = AttentionSpec(HEADS, KV_HEADS, HEAD_DIM, MAX_CTX, bs, seqs, seqs * per_seq,
+    per_seq = -(-max_ctx // bs)
+    seqs = max(1, (args.pool_mb << 20) // (max_ctx * row_bytes)) if args.pool_mb else 1
+    spec = AttentionSpec(HEADS, KV_HEADS, HEAD_DIM, max_ctx, bs, seqs, seqs * per_seq,
                          args.kv_dtype, layout="heads")
     variants = {}
     for v in args.variant:
