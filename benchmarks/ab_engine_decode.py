@@ -40,7 +40,7 @@ from pathlib import Path
 
 import bench_llamacpp as bench
 from ab_cpu_matmul import variant_applied
-from profile_decode import PROMPT
+from profile_decode import PROMPT, WARM_STEPS, warm_up
 
 PROFILE = Path(__file__).with_name("profile_decode.py")
 
@@ -65,16 +65,16 @@ def _build(fmt: str, name: str, body: str) -> Path:
     return out
 
 
-def _decode_rate(build: Path, threads: int, steps: int) -> float:
+def _decode_rate(build: Path, threads: int, steps: int, context: int) -> float:
     env = {**os.environ, "TVM_NUM_THREADS": str(threads)}
     out = subprocess.run([sys.executable, str(PROFILE), "--worker", str(build), "--threads",
-                          str(threads), "--steps", str(steps)],
+                          str(threads), "--steps", str(steps), "--context", str(context)],
                          env=env, capture_output=True, text=True, check=True).stdout
     return float(next(line.split()[1] for line in out.splitlines() if line.startswith("DECODE ")))
 
 
 def _interleaved(builds: dict[str, Path], threads: int, steps: int, rounds: int,
-                 block: int) -> dict[str, list[float]]:
+                 block: int, context: int) -> dict[str, list[float]]:
     """Every build's engine in this one process, decoding blocks of `block` steps in turn
     (every other round in reverse order) until each has run `steps` a round: each round's
     rate per build. Engines share the machine's minute-scale phases block by block, which
@@ -86,8 +86,7 @@ def _interleaved(builds: dict[str, Path], threads: int, steps: int, rounds: int,
 
     engines = {name: load_engine(b, threads=threads) for name, b in builds.items()}
     for engine in engines.values():
-        for i in range(PROMPT):
-            engine.forward([5 + i], i)
+        warm_up(engine, context)
     rates: dict[str, list[float]] = {name: [] for name in builds}
     order = list(builds)
     for r in range(rounds):
@@ -97,7 +96,7 @@ def _interleaved(builds: dict[str, Path], threads: int, steps: int, rounds: int,
                 engine = engines[name]
                 t0 = time.perf_counter()
                 for i in range(b0, min(steps, b0 + block)):
-                    engine.forward([7], PROMPT + i)
+                    engine.forward([7], context + i)
                 spent[name] += time.perf_counter() - t0
         for name in builds:
             rates[name].append(steps / spent[name])
@@ -111,10 +110,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=128)
+    ap.add_argument("--context", type=int, default=PROMPT,
+                    help=f"tokens before the first timed step (default {PROMPT}; more are "
+                         "prefilled as a prompt)")
     ap.add_argument("--in-process", type=int, default=0, metavar="BLOCK",
                     help="load every build in this one process and alternate blocks of "
                          "BLOCK steps between them (0: a fresh process per run)")
     args = ap.parse_args()
+    if not (args.context == PROMPT or WARM_STEPS < args.context) or (
+            args.context + args.steps > bench.N_CTX):
+        ap.error(f"--context {args.context} with --steps {args.steps}: the builds hold "
+                 f"{bench.N_CTX} tokens, and a prompt needs more than {WARM_STEPS}")
     builds = {}
     for v in args.variant:
         name, _, body = v.partition(":")
@@ -123,7 +129,8 @@ def main() -> None:
             ap.error(f"--variant {v!r}: each variant needs a distinct NAME before ':'")
         builds[name] = _build(args.format, name, body)
     if args.in_process:
-        rates = _interleaved(builds, args.threads, args.steps, args.rounds, args.in_process)
+        rates = _interleaved(builds, args.threads, args.steps, args.rounds, args.in_process,
+                             args.context)
     else:
         rates = {name: [] for name in builds}
         order = list(builds)
@@ -131,7 +138,8 @@ def main() -> None:
             # every other round in reverse: a process's place in its round moved its rate
             # by up to 20% while this VM was busy, whatever the build (RESULTS 2026-12-05)
             for name in (order if r % 2 == 0 else order[::-1]):
-                rates[name].append(_decode_rate(builds[name], args.threads, args.steps))
+                rates[name].append(_decode_rate(builds[name], args.threads, args.steps,
+                                                args.context))
     first = rates[next(iter(builds))]
     print(f"{args.format} decode, threads={args.threads}, {args.rounds} interleaved rounds of "
           f"{args.steps} steps")

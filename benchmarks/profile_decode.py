@@ -5,8 +5,9 @@ models, decode steps only, with the GB/s each gemv reads.
     .venv/bin/python benchmarks/profile_decode.py --format f16 --model qwen35   # the hybrid
 
 Compiles (or reuses) the same build as bench_llamacpp's ninfer side (build/bench/<model>-cpu-
-<format>, f16 KV cache) and, with the profile on, runs 64 single-token warm-up steps and
-then --steps timed ones (contexts 64 to 64 + steps); a first run of the warm-up alone counts
+<format>, f16 KV cache) and, with the profile on, runs 64 single-token warm-up steps (with
+--context N: a prompt of N - 16 tokens and 16 steps) and then --steps timed ones (contexts
+64, or N, to that + steps); a first run of the warm-up alone counts
 its kernel calls, and the second leaves that many out of its profile (NINFER_PROFILE_SKIP),
 so what is left is the timed steps' alone. Prints tokens/s and ms per token, the gemv
 weight bytes per token x tokens/s (GB/s), and every kernel's calls per token, microseconds
@@ -32,6 +33,21 @@ from pathlib import Path
 import bench_llamacpp as bench
 
 PROMPT = 64
+WARM_STEPS = 16  # single-token steps after a --context prompt, before the timed ones
+
+
+def warm_up(engine: object, context: int) -> None:
+    """Bring `engine` to `context` tokens: PROMPT single-token steps for the default 64
+    (as before --context existed), else a prompt of context - WARM_STEPS tokens prefilled
+    in chunks and WARM_STEPS single-token steps. Timed steps then start at `context`."""
+    if context == PROMPT:
+        for i in range(PROMPT):
+            engine.forward([5 + i], i)  # type: ignore[attr-defined]
+        return
+    first = context - WARM_STEPS
+    engine.forward([5 + i % 1000 for i in range(first)], 0)  # type: ignore[attr-defined]
+    for i in range(first, context):
+        engine.forward([5 + i % 1000], i)  # type: ignore[attr-defined]
 
 
 def _build(model: str, fmt: str) -> Path:
@@ -51,15 +67,14 @@ def _build(model: str, fmt: str) -> Path:
     return out
 
 
-def _worker(build: Path, threads: int, steps: int) -> None:
+def _worker(build: Path, threads: int, steps: int, context: int) -> None:
     from ninfer.runtime.engine import load_engine
 
     engine = load_engine(build, threads=threads)
-    for i in range(PROMPT):
-        engine.forward([5 + i], i)
+    warm_up(engine, context)
     t0 = time.perf_counter()
     for i in range(steps):
-        engine.forward([7], PROMPT + i)
+        engine.forward([7], context + i)
     if steps:
         print(f"DECODE {steps / (time.perf_counter() - t0):.3f}", flush=True)
 
@@ -85,13 +100,20 @@ def main() -> None:
                     help="qwen3 (default) or qwen35")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--context", type=int, default=PROMPT,
+                    help=f"tokens before the first timed step (default {PROMPT}; more are "
+                         "prefilled as a prompt): decode attention's share grows with it")
     ap.add_argument("--build", type=Path, default=None,
                     help="profile this build directory (e.g. an ab_engine_decode variant's) "
                          "instead of compiling --format's")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if not (args.context == PROMPT or WARM_STEPS < args.context) or (
+            args.context + args.steps > bench.N_CTX):
+        ap.error(f"--context {args.context} with --steps {args.steps}: the builds hold "
+                 f"{bench.N_CTX} tokens, and a prompt needs more than {WARM_STEPS}")
     if args.worker:
-        _worker(Path(args.worker), args.threads, args.steps)
+        _worker(Path(args.worker), args.threads, args.steps, args.context)
         return
     if args.build and (args.format or args.model):
         ap.error("--build profiles that build as it is: --format and --model do not apply")
@@ -104,7 +126,8 @@ def main() -> None:
     skip = 0
     for steps in (0, args.steps):
         proc = subprocess.run([sys.executable, __file__, "--worker", str(build), "--threads",
-                               str(args.threads), "--steps", str(steps)],
+                               str(args.threads), "--steps", str(steps), "--context",
+                               str(args.context)],
                               env={**env, "NINFER_PROFILE_SKIP": str(skip)},
                               capture_output=True, text=True, check=True)
         per_call = {}  # kernel -> (calls, seconds)
