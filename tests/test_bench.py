@@ -463,6 +463,14 @@ def test_ab_variant_sets_kernel_attributes_and_restores_them():
         assert matmul.GEMV_STREAMS == {}
         raise RuntimeError("build failed")
     assert matmul.GEMV_STREAMS is streams
+    # `@REV`: the kernel files as they were at REV (attention.py through the builders' table)
+    from ninfer.kernels.cpu import attention, build
+
+    own = matmul.matmul
+    with variant_applied("@HEAD"):
+        for func in (build._BUILDERS["attention"], matmul.matmul):
+            assert func.__module__.startswith("ninfer.kernels.cpu._ab_"), func.__module__
+    assert build._BUILDERS["attention"] is attention.attention and matmul.matmul is own
 
 
 def _profiled_calls(out_dir, steps: int, skip: int) -> dict[str, int]:
