@@ -70,7 +70,7 @@ KEY_BLOCK = 32  # keys per online-softmax step (multiple of the lanes)
 MAX_SUBGROUP = 4  # query heads sharing one work item
 NEG = -1.0e30  # score of a masked key; fast_exp flushes exp(NEG - m) to 0
 # Prefetch distances in keys (multiples of a run: see attend), into L2 (locality 2): at
-# one decode row the item's walk is latency-bound, and from memory these read 1.3-1.7x the
+# one decode row the item's walk is latency-bound, and from memory these read 1.26-1.70x the
 # old one-block-ahead L1 prefetch (benchmarks/ab_attention.py, RESULTS session 35)
 K_AHEAD = 32  # keys ahead of the scored one whose key lines are prefetched
 V_AHEAD = 16  # keys ahead of the scored one whose value lines are prefetched
