@@ -492,6 +492,17 @@ def test_invalid_specs_are_rejected(make) -> None:
         make()
 
 
+def test_attention_refuses_a_block_size_its_runs_cannot_tile() -> None:
+    """The kernel walks runs of min(KEY_BLOCK, block) keys: a block of 24 (neither divides
+    the other) is refused with the numbers, not miscompiled."""
+    from ninfer.kernels.cpu.attention import KEY_BLOCK, attention
+
+    assert KEY_BLOCK % 24 and 24 % KEY_BLOCK
+    with pytest.raises(NotImplementedError,
+                       match=f"divide or be a multiple of {KEY_BLOCK}, got 24"):
+        attention(AttentionSpec(4, 2, 64, 96, 24, 1, 5, layout="heads"))
+
+
 # Undefined symbols an object from build_cpu_object may reference. Seen so far: the TVM-FFI
 # error hook (the host links tvm_ffi or a shim) and memset (LLVM's rewrite of the zero fill
 # in bias-less matmuls with large n_out); memcpy likewise for copy loops. The __TVMBackend*

@@ -123,7 +123,10 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
     B = KEY_BLOCK
     U = min(B, BS)  # keys of a run: one kv head's keys of one block, or KEY_BLOCK of them
     NU = B // U
-    assert B % U == 0 and BS % U == 0, (B, BS)
+    if B % U or BS % U:
+        raise NotImplementedError(
+            f"{spec.name()}: the CPU attention kernel walks runs of min({B}, block size) "
+            f"keys and needs the block size to divide or be a multiple of {B}, got {BS}")
     BV = B // VW
     KVD = spec.kv_dtype
     DS = storage_width(KVD, D)  # stored elements per head vector
@@ -145,6 +148,15 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
     def at(run, g):
         """(row, head) indices of the pools' arrays for kv head g of a key's run."""
         return pool_index(spec.layout, KVH, BS, run[0], run[1], g)
+
+    def run_of(bt, s, j):
+        """(block, first slot) of the run of U keys holding key j of slot s."""
+        block, slot = phys(bt, s, j)
+        return block, slot // U * U
+
+    def fetch(buf, g, block, slot, line):
+        """Prefetch line `line` of kv head g's vector in (block, slot) into L2."""
+        return prefetch(buf, *at((block, slot), g), line * LE, locality=LOCALITY)
 
     @T.macro
     def attend(q, kc, ks, vc, vs, out, pos, seq, bt, i0, g, h0, M):
@@ -179,15 +191,13 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
         # the first keys and values, which the loop's prefetches do not cover
         for jp in range(K_AHEAD // U):
             kp0 = T.bind(T.min(jp * U, last))
-            bp0 = T.bind(phys(bt, s, kp0)[0])
-            sp0 = T.bind(kp0 % BS // U * U)
+            bp0 = T.bind(run_of(bt, s, kp0)[0])
+            sp0 = T.bind(run_of(bt, s, kp0)[1])
             for jj in range(U):
                 for line in T.unroll(LINES):
-                    T.evaluate(prefetch(kc, *at((bp0, sp0 + jj), g), line * LE,
-                                        locality=LOCALITY))
+                    T.evaluate(fetch(kc, g, bp0, sp0 + jj, line))
                     if jp * U < V_AHEAD:
-                        T.evaluate(prefetch(vc, *at((bp0, sp0 + jj), g), line * LE,
-                                            locality=LOCALITY))
+                        T.evaluate(fetch(vc, g, bp0, sp0 + jj, line))
         for jb in range((last + B) // B):
             # 1. scores of this key block, one run of U keys (contiguous in the "heads"
             # layout) at a time: the run's block is looked up once
@@ -199,17 +209,15 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                 # the runs K_AHEAD (keys) and V_AHEAD (values) keys on, a key's lines
                 # with each key (a burst of a run's 64 prefetches stalls the loads)
                 kp = T.bind(T.min(jb * B + u * U + K_AHEAD, last))
-                bp = T.bind(phys(bt, s, kp)[0])
-                sp = T.bind(kp % BS // U * U)
+                bp = T.bind(run_of(bt, s, kp)[0])
+                sp = T.bind(run_of(bt, s, kp)[1])
                 vp = T.bind(T.min(jb * B + u * U + V_AHEAD, last))
-                bv = T.bind(phys(bt, s, vp)[0])
-                sv = T.bind(vp % BS // U * U)
+                bv = T.bind(run_of(bt, s, vp)[0])
+                sv = T.bind(run_of(bt, s, vp)[1])
                 for jj in range(U):
                     for line in T.unroll(LINES):
-                        T.evaluate(prefetch(kc, *at((bp, sp + jj), g), line * LE,
-                                            locality=LOCALITY))
-                        T.evaluate(prefetch(vc, *at((bv, sv + jj), g), line * LE,
-                                            locality=LOCALITY))
+                        T.evaluate(fetch(kc, g, bp, sp + jj, line))
+                        T.evaluate(fetch(vc, g, bv, sv + jj, line))
                     jc = T.bind(at((blk, slot0 + T.min(jj, lim)), g)[0])
                     gc = T.bind(at((blk, slot0 + T.min(jj, lim)), g)[1])
                     for r in T.unroll(R):

@@ -187,8 +187,9 @@ def bf16_float(bits: tirx.PrimExpr) -> tirx.PrimExpr:
 
 
 def prefetch(buf: tirx.Buffer, *index: tirx.PrimExpr, locality: int = 3) -> tirx.PrimExpr:
-    """Hint the cache line holding buf[index] into L1 (a no-op for correctness; prefetching
-    into L2 instead measured no faster, RESULTS 2026-12-02). The index may run past the
+    """Hint the cache line holding buf[index] into the caches (a no-op for correctness):
+    `locality` 3 into L1 (the matmuls: L2 measured no faster for them, RESULTS 2026-12-02),
+    2 into L2 (decode attention's runs ahead, RESULTS session 35). The index may run past the
     buffer's end: a prefetch never faults (x86 PREFETCHh, AArch64 PRFM), so the streams
     prefetch ahead unclamped. A clamp to the last element cost ~7 scalar instructions a
     prefetched line: the clamped q4g64 gemv read 15% slower in cache (RESULTS 2026-12-06).
