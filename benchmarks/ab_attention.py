@@ -28,19 +28,22 @@ import statistics
 import time
 from typing import Any
 
-from ab_cpu_matmul import _HugeArena, rev_module, variant_applied
+from ab_cpu_matmul import _HugeArena, variant_applied
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
 
 
 def _parse() -> argparse.Namespace:
+    from ninfer.quantize import kv_formats as K
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variant", action="append", required=True)
     p.add_argument("--contexts", default="160,1024", help="comma-separated key counts")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-context", type=int, default=1024,
                    help="the kernel's max context (bench_llamacpp's model: 1024)")
-    p.add_argument("--kv-dtype", default="f16")
+    p.add_argument("--kv-dtype", default="f16", choices=list(K.KV_DTYPES),
+                   help="the pools' format (int4: keys Hadamard-rotated, as the plan makes them)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=200, help="calls per timing")
     p.add_argument("--threads", type=int, default=2)
@@ -49,20 +52,18 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--small-pages", action="store_true",
                    help="pools in TVM's own allocations (4 KiB pages) instead of huge pages, "
                         "as the CPU engine holds them")
-    return p.parse_args()
+    args = p.parse_args()
+    args.context_list = [int(c) for c in args.contexts.split(",")]
+    if not all(1 <= c <= args.max_context for c in args.context_list):
+        p.error(f"--contexts {args.contexts}: each must be in [1, --max-context "
+                f"{args.max_context}]")
+    return args
 
 
 def _build(body: str, spec: Any) -> Any:
-    import tvm
-
+    """`spec`'s kernel with the variant applied (`@REV`: attention.py at REV)."""
     from ninfer.kernels import build_cpu_module
-    from ninfer.kernels.cpu import build
 
-    if body.startswith("@"):
-        module = rev_module(body[1:], "attention")
-        func = module.attention(spec).with_attr("global_symbol", spec.name())
-        with tvm.transform.PassContext(config=build._PASS_CONFIG):
-            return tvm.compile(tvm.IRModule({spec.name(): func}), target=build.cpu_target())
     with variant_applied(body):
         return build_cpu_module([spec])
 
@@ -77,12 +78,13 @@ def main() -> None:
     from ninfer.quantize import kv_formats as K
 
     bs, max_ctx = args.block_size, args.max_context
-    contexts = [int(c) for c in args.contexts.split(",")]
+    contexts = args.context_list
     row_bytes = 2 * K.pool_bytes_per_row(args.kv_dtype, KV_HEADS, HEAD_DIM)  # K + V
     per_seq = -(-max_ctx // bs)
     seqs = max(1, (args.pool_mb << 20) // (max_ctx * row_bytes)) if args.pool_mb else 1
+    rotate = K.rotation_block(HEAD_DIM) if args.kv_dtype == "int4" else 0
     spec = AttentionSpec(HEADS, KV_HEADS, HEAD_DIM, max_ctx, bs, seqs, seqs * per_seq,
-                         args.kv_dtype, layout="heads")
+                         args.kv_dtype, rotate, layout="heads")
     variants = {}
     for v in args.variant:
         name, _, body = v.partition(":")
@@ -91,7 +93,8 @@ def main() -> None:
     shape = (seqs * per_seq * bs, KV_HEADS, HEAD_DIM)
     pools = []
     for _ in range(2):  # keys, values: random values in the format's storage
-        stored = K.encode(args.kv_dtype, rng.standard_normal(shape).astype(np.float32))
+        stored = K.encode(args.kv_dtype, rng.standard_normal(shape).astype(np.float32),
+                          rotate=rotate > 0)
         if args.small_pages:
             pools.append([tvm.runtime.tensor(a) for a in stored])
         else:  # as the CPU engine holds its KV pools (backend/cpu/cpu_memory.cpp)

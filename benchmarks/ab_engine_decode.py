@@ -40,7 +40,7 @@ from pathlib import Path
 
 import bench_llamacpp as bench
 from ab_cpu_matmul import variant_applied
-from profile_decode import PROMPT, WARM_STEPS, warm_up
+from profile_decode import PROMPT, check_context, warm_up
 
 PROFILE = Path(__file__).with_name("profile_decode.py")
 
@@ -117,10 +117,7 @@ def main() -> None:
                     help="load every build in this one process and alternate blocks of "
                          "BLOCK steps between them (0: a fresh process per run)")
     args = ap.parse_args()
-    if not (args.context == PROMPT or WARM_STEPS < args.context) or (
-            args.context + args.steps > bench.N_CTX):
-        ap.error(f"--context {args.context} with --steps {args.steps}: the builds hold "
-                 f"{bench.N_CTX} tokens, and a prompt needs more than {WARM_STEPS}")
+    check_context(ap, args.context, args.steps)
     builds = {}
     for v in args.variant:
         name, _, body = v.partition(":")

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import bench_llamacpp as bench
 
@@ -36,18 +37,25 @@ PROMPT = 64
 WARM_STEPS = 16  # single-token steps after a --context prompt, before the timed ones
 
 
-def warm_up(engine: object, context: int) -> None:
+def warm_up(engine: Any, context: int) -> None:
     """Bring `engine` to `context` tokens: PROMPT single-token steps for the default 64
     (as before --context existed), else a prompt of context - WARM_STEPS tokens prefilled
     in chunks and WARM_STEPS single-token steps. Timed steps then start at `context`."""
     if context == PROMPT:
         for i in range(PROMPT):
-            engine.forward([5 + i], i)  # type: ignore[attr-defined]
+            engine.forward([5 + i], i)
         return
     first = context - WARM_STEPS
-    engine.forward([5 + i % 1000 for i in range(first)], 0)  # type: ignore[attr-defined]
+    engine.forward([5 + i % 1000 for i in range(first)], 0)
     for i in range(first, context):
-        engine.forward([5 + i % 1000], i)  # type: ignore[attr-defined]
+        engine.forward([5 + i % 1000], i)
+
+
+def check_context(ap: argparse.ArgumentParser, context: int, steps: int) -> None:
+    """Refuse a --context that warm_up cannot reach or whose steps the builds cannot hold."""
+    if not (context == PROMPT or WARM_STEPS < context) or context + steps > bench.N_CTX:
+        ap.error(f"--context {context} with --steps {steps}: the builds hold {bench.N_CTX} "
+                 f"tokens, and a prompt needs more than {WARM_STEPS}")
 
 
 def _build(model: str, fmt: str) -> Path:
@@ -108,10 +116,7 @@ def main() -> None:
                          "instead of compiling --format's")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if not (args.context == PROMPT or WARM_STEPS < args.context) or (
-            args.context + args.steps > bench.N_CTX):
-        ap.error(f"--context {args.context} with --steps {args.steps}: the builds hold "
-                 f"{bench.N_CTX} tokens, and a prompt needs more than {WARM_STEPS}")
+    check_context(ap, args.context, args.steps)
     if args.worker:
         _worker(Path(args.worker), args.threads, args.steps, args.context)
         return
