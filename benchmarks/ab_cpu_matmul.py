@@ -121,18 +121,23 @@ def _rev_source(rev: str, module: str) -> str:
 
 
 def rev_module(rev: str, name: str) -> Any:
-    """The kernel module `name` (matmul, qmatmul with its qactivations) as it was at git
-    revision `rev`."""
+    """The kernel module `name` (matmul, qmatmul with its qactivations and their weight
+    formats' constants) as it was at git revision `rev`."""
     import importlib.util
     import sys
     import tempfile
     from pathlib import Path
 
-    src = _rev_source(rev, f"kernels/cpu/{name}")
+    src = _rev_source(rev, name if "/" in name else f"kernels/cpu/{name}")
     if name == "qmatmul" and "from .qactivations import" in src:  # its x side at `rev` too
         acts = rev_module(rev, "qactivations")
         src = src.replace("from .qactivations import",
                           f"from .{acts.__name__.rsplit('.', 1)[1]} import")
+    formats = "from ninfer.quantize.weight_formats import"
+    if formats in src:  # the layout constants the kernel was written against
+        src = src.replace(formats, f"from {rev_module(rev, 'quantize/weight_formats').__name__} "
+                                   "import")
+    name = name.replace("/", "_")
     path = Path(tempfile.mkdtemp()) / f"_ab_{name}.py"
     path.write_text(src)
     modname = "ninfer.kernels.cpu._ab_{}_{}".format(name, re.sub(r"\W", "_", rev))

@@ -54,11 +54,12 @@ class PlanError(ValueError):
 CPU_KV_LAYOUT = "heads"
 # The formats whose matmul weights the cpu target stores in the "lanes" layout
 # (quantize.weight_formats.LANES_FORMATS): the kernels convert and scale a block's integer
-# dots once per 16 groups instead of once per two (RESULTS 2026-12-07, sessions 33-34); ()
-# keeps every format by rows (the A/B benchmarks' switch). q4g64 joined once the kernels
-# were built without TIR's CSE (kernels/cpu/build.py): its one-row gemv from L2 then read
-# 44 GB/s a thread against 33 by rows, its gemm +8.6%, its decode on a par or better.
-CPU_LANES_FORMATS: tuple[str, ...] = ("q8g32", "q4g64")
+# dots once per 512 weight bytes instead of once per 64 (RESULTS 2026-12-07, sessions
+# 33-34); () keeps every format by rows (the A/B benchmarks' switch). q4g64 joined once
+# the kernels were built without TIR's CSE (kernels/cpu/build.py): its one-row gemv from
+# L2 then read 44 GB/s a thread against 33 by rows, its gemm +8.6%, its decode on a par or
+# better; q4g128 (8-group blocks) in session 36: gemv from L2 36 -> 44 GB/s, decode +13%.
+CPU_LANES_FORMATS: tuple[str, ...] = ("q8g32", "q4g64", "q4g128")
 
 MATMUL_ROLES = ("q", "k", "v", "o", "gate_up", "down", "lm_head",
                 # hybrid models: the attention's output gate, the Gated DeltaNet projections

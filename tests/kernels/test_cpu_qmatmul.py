@@ -31,8 +31,9 @@ pytestmark = pytest.mark.unit
 
 TOL = 1e-5
 # "bf16+x": bf16 weights times x rounded to bf16 (MatmulSpec.x_bf16, the plan's default);
-# q8g32 and q4g64 in the lanes layout (the plan's on the cpu target), "+rows" by rows
-FORMATS = ["f16", "bf16", "bf16+x", "q8g32", "q8g32+rows", "q4g64", "q4g64+rows", "q4g128"]
+# q8g32, q4g64 and q4g128 in the lanes layout (the plan's on the cpu target), "+rows" by rows
+FORMATS = ["f16", "bf16", "bf16+x", "q8g32", "q8g32+rows", "q4g64", "q4g64+rows", "q4g128",
+           "q4g128+rows"]
 
 # (k, n_out) shapes per format: several groups, odd n_out (column tails of both
 # schedules), and k over several 1024-long k blocks with a partial last block.
@@ -48,14 +49,16 @@ SHAPES = {
     # lanes: no whole 16-group block; 2 whole blocks + 3 groups; 1 whole block
     "q4g64": [(192, 37), (2240, 74), (1024, 19)],
     "q4g64+rows": [(192, 37), (2240, 74), (1024, 19)],
-    "q4g128": [(384, 37), (2176, 74), (2048, 19)],  # 3 groups; 17 groups
+    # lanes (8-group blocks): no whole block; 2 whole blocks + 1 group; 2 whole blocks
+    "q4g128": [(384, 37), (2176, 74), (2048, 19)],
+    "q4g128+rows": [(384, 37), (2176, 74), (2048, 19)],
 }
 ROWS = [1, 3, 7, 33]
 
 
 def _spec(k: int, n_out: int, bias: bool, schedule: str, fmt: str) -> MatmulSpec:
     """A matmul in the layout the cpu plan takes (panels for float formats, lanes for
-    q8g32 and q4g64), or the one a "+rows" / "+lanes" suffix names."""
+    the quantized ones), or the one a "+rows" / "+lanes" suffix names."""
     fmt, _, x = fmt.partition("+")
     layout = x if x in ("rows", "lanes") else plan.matmul_layout(load_target("cpu"), fmt)
     return MatmulSpec(k, n_out, bias, schedule, fmt, layout,  # type: ignore[arg-type]
@@ -166,7 +169,7 @@ def test_every_group_dot_path_gives_the_same_bits(monkeypatch: pytest.MonkeyPatc
 # bf16 with x rounded to bf16 2.5e-3 (k = 2101; each rounding alone 1.7e-3).
 ACCURACY_BOUND = {"f16": 4e-4, "bf16": 3e-3, "bf16+x": 4e-3, "q8g32": 1e-2, "q8g32+rows": 1e-2,
                   "q4g64": 0.11, "q4g64+rows": 0.11,
-                  "q4g128": 0.12}
+                  "q4g128": 0.12, "q4g128+rows": 0.12}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -246,30 +249,35 @@ def test_panels_layout(fmt: str, n_out: int) -> None:
         quant.part_layout("q8g32", n_out, 96, "panels")
 
 
-@pytest.mark.parametrize("fmt", ["q8g32", "q4g64"])
+@pytest.mark.parametrize("fmt", ["q8g32", "q4g64", "q4g128"])
 def test_lanes_layout(fmt: str) -> None:
-    """"lanes": the rows' parts and shapes, each whole block of 16 groups (32 bytes each:
-    512 bytes of q) with byte 64 j + 4 l + t holding byte 32 l + 4 j + t (group l's bytes
-    in 32-bit lane l of step j's vector), the groups after the last whole block in order;
-    the same scales, the same dequantized weight; other formats have no lanes layout."""
+    """"lanes": the rows' parts and shapes, each whole block of 512 bytes of q (16 groups
+    of 32 bytes, or 8 of 64) with byte 64 j + 4 l + t holding byte 32 (l // B) + 4 j + t
+    of group l % B (B groups a block: group g's bytes in 32-bit lane g, and g + 8, of step
+    j's vector), the groups after the last whole block in order; the same scales, the same
+    dequantized weight; other formats have no lanes layout."""
+    gb = quant.group_bytes(fmt)
+    per_block = 512 // gb
     per_byte = 1 if fmt == "q8g32" else 2  # k per byte of q
-    k = (1024 + 96) * per_byte  # two whole blocks and three groups
+    k = (1024 + 3 * gb) * per_byte  # two whole blocks and three groups
     w = _weights(np.random.default_rng(6), 5, k)
     rows = quant.pack(w, fmt)
     lanes = quant.pack(w, fmt, "lanes")
+    assert quant.lanes_groups(fmt) == per_block
     assert quant.part_layout(fmt, 5, k, "lanes") == quant.part_layout(fmt, 5, k)
     assert np.array_equal(lanes["scales"], rows["scales"])
     for b0 in (0, 512):
-        for j, lane, t in ((0, 0, 0), (0, 1, 0), (1, 0, 3), (7, 15, 3), (3, 9, 2)):
+        for j, lane, t in ((0, 0, 0), (0, 1, 0), (1, 0, 3), (7, 15, 3), (3, 9, 2), (2, 8, 1)):
+            byte = gb * (lane % per_block) + 32 * (lane // per_block) + 4 * j + t
             assert np.array_equal(lanes["q"][:, b0 + 64 * j + 4 * lane + t],
-                                  rows["q"][:, b0 + 32 * lane + 4 * j + t]), (b0, j, lane, t)
+                                  rows["q"][:, b0 + byte]), (b0, j, lane, t)
     assert np.array_equal(lanes["q"][:, 1024:], rows["q"][:, 1024:])
-    assert sorted(quant.lanes_order(k // per_byte)) == list(range(k // per_byte))
+    assert sorted(quant.lanes_order(k // per_byte, gb)) == list(range(k // per_byte))
     assert np.array_equal(quant.dequantize(lanes, fmt, k, "lanes"),
                           quant.dequantize(rows, fmt, k))
     assert MatmulSpec(k, 5, wdtype=fmt, layout="lanes").name().endswith(f"{fmt}_l16_gemv")
-    for other in ("q4g128", "f16"):
-        with pytest.raises(ValueError, match="lanes layout is for q8g32 and q4g64 only"):
+    for other in ("f16", "bf16"):
+        with pytest.raises(ValueError, match="lanes layout is for q8g32, q4g64, q4g128 only"):
             quant.part_layout(other, 5, 1024, "lanes")
 
 
@@ -405,7 +413,7 @@ def test_object_exports_every_format(kernels: tvm.runtime.Executable, tmp_path: 
                  if len(line.split()) == 2 and line.split()[0] == "U"}
     specs = {spec for spec, _ in CASES}
     suffix = {("bf16", "panels", True): "+x", ("q8g32", "rows", False): "+rows",
-              ("q4g64", "rows", False): "+rows"}
+              ("q4g64", "rows", False): "+rows", ("q4g128", "rows", False): "+rows"}
     assert {(s.wdtype + suffix.get((s.wdtype, s.layout, s.x_bf16), ""), s.schedule, s.bias)
             for s in specs} == {
         (f, sched, b) for f in FORMATS for sched in ("gemv", "gemm") for b in (False, True)}

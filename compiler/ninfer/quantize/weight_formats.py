@@ -38,14 +38,16 @@ panel's 64 output columns are then contiguous for each k, so the CPU kernels loa
 vectors and broadcast x (an outer product): each output is one sequential chain over k,
 whatever the number of rows (kernels/cpu/matmul.py). "rows" is the [n_out, k] layout above.
 
-q8g32 and q4g64 also have a "lanes" layout (the CPU target's): the same parts and shapes
-as "rows", with each row of q's bytes reordered within every whole block of LANE_GROUPS =
-16 groups (a group is 32 bytes in both: 512 bytes, 512 k of q8g32, 1024 of q4g64):
-position 64 j + 4 l + t of a block holds its byte 32 l + 4 j + t (j < 8, l < 16, t < 4),
-so that a 64-byte vector of step j holds 4 bytes of each of the block's 16 groups, group
-l in 32-bit lane l; the groups after the last whole block stay in order. The CPU kernels
-then sum a block's 8 integer dot steps per lane and convert and scale once per 16 groups
-instead of once per step (kernels/cpu/qmatmul.py).
+q8g32, q4g64 and q4g128 also have a "lanes" layout (the CPU target's): the same parts and
+shapes as "rows", with each row of q's bytes reordered within every whole block of 512
+bytes (LANES_BLOCK_BYTES: 16 groups of 32 bytes for q8g32 (512 k) and q4g64 (1024 k), 8
+of 64 bytes for q4g128 (1024 k)): position 64 j + 4 l + t of a block (j < 8, l < 16,
+t < 4) holds byte 32 (l // B) + 4 j + t of the block's group l % B, B the groups a block
+(`lanes_order`), so that a 64-byte vector of step j holds 4 bytes of each of the block's
+groups, group g in 32-bit lane g (and, with 64-byte groups, lane g + 8); the groups after
+the last whole block stay in order. The CPU kernels then sum a block's 8 integer dot steps
+per lane and convert and scale once per block instead of once per step
+(kernels/cpu/qmatmul.py).
 - Values whose float16 (or scale) would overflow are rejected, not turned into inf.
 
 The CPU kernels for q8/q4 also round the activations (the CUDA ones keep them float32):
@@ -67,7 +69,7 @@ import numpy as np
 
 WEIGHT_FORMATS = ("float32", "f16", "bf16", "q8g32", "q4g64", "q4g128")
 LAYOUTS = ("rows", "panels", "lanes")
-LANE_GROUPS = 16  # groups per block of the "lanes" layout (one per 32-bit lane of 512 bits)
+LANES_BLOCK_BYTES = 512  # bytes of q per block of the "lanes" layout (8 vectors of 64)
 PANEL = 64  # output columns per panel of the "panels" layout
 
 _F16_MAX = 65504.0
@@ -126,26 +128,38 @@ def check_layout(fmt: str, layout: str) -> None:
     if layout == "panels" and format_info(fmt).quantized:
         raise ValueError(f"{fmt}: the panels layout is for float formats only")
     if layout == "lanes" and fmt not in LANES_FORMATS:
-        raise ValueError(f"{fmt}: the lanes layout is for {' and '.join(LANES_FORMATS)} only")
+        raise ValueError(f"{fmt}: the lanes layout is for {', '.join(LANES_FORMATS)} only")
 
 
-LANES_FORMATS = ("q8g32", "q4g64")  # the formats with a "lanes" layout (32-byte groups)
-_LANE_GROUP_BYTES = 32
+LANES_FORMATS = ("q8g32", "q4g64", "q4g128")  # the formats with a "lanes" layout
 
 
-def lanes_order(row_bytes: int) -> np.ndarray:
+def group_bytes(fmt: str) -> int:
+    """Bytes of q per group of a group-quantized format (G for q8, G / 2 for q4)."""
+    info = format_info(fmt)
+    return info.group * info.bits // 8
+
+
+def lanes_groups(fmt: str) -> int:
+    """Groups per block of the "lanes" layout: 16 of 32 bytes or 8 of 64."""
+    return LANES_BLOCK_BYTES // group_bytes(fmt)
+
+
+def lanes_order(row_bytes: int, group_bytes: int) -> np.ndarray:
     """int64 [row_bytes]: the byte of a row of q stored at each position in the "lanes"
-    layout (see the module docstring): within every whole block of LANE_GROUPS 32-byte
-    groups, position 64 j + 4 l + t holds byte 32 l + 4 j + t; the rest in order."""
-    g = _LANE_GROUP_BYTES
+    layout (see the module docstring): within every whole block of LANES_BLOCK_BYTES,
+    position 64 j + 4 l + t holds byte 32 (l // B) + 4 j + t of group l % B (B =
+    LANES_BLOCK_BYTES / group_bytes groups a block); the rest in order."""
+    if group_bytes not in (32, 64):
+        raise ValueError(f"lanes layout: groups of 32 or 64 bytes, got {group_bytes}")
+    per_block = LANES_BLOCK_BYTES // group_bytes
     order = np.arange(row_bytes, dtype=np.int64)
-    block = LANE_GROUPS * g
-    whole = row_bytes // block * block
-    j, lane, t = np.meshgrid(np.arange(g // 4), np.arange(LANE_GROUPS), np.arange(4),
-                             indexing="ij")
-    inside = (g * lane + 4 * j + t).reshape(-1)  # position 64 j + 4 l + t of a block
-    for b0 in range(0, whole, block):
-        order[b0 : b0 + block] = b0 + inside
+    whole = row_bytes // LANES_BLOCK_BYTES * LANES_BLOCK_BYTES
+    j, lane, t = np.meshgrid(np.arange(8), np.arange(16), np.arange(4), indexing="ij")
+    inside = (group_bytes * (lane % per_block) + 32 * (lane // per_block) + 4 * j
+              + t).reshape(-1)  # position 64 j + 4 l + t of a block
+    for b0 in range(0, whole, LANES_BLOCK_BYTES):
+        order[b0 : b0 + LANES_BLOCK_BYTES] = b0 + inside
     return order
 
 
@@ -283,7 +297,7 @@ def pack(w: np.ndarray, fmt: str, layout: str = "rows") -> dict[str, np.ndarray]
             q, d16 = _q4_groups(wg)
             u = (q.reshape(-1, k) + 8).astype(np.uint8)
             packed = u[:, 0::2] | (u[:, 1::2] << 4)
-        parts["q"][r0 : r0 + rows] = (packed[:, lanes_order(packed.shape[1])]
+        parts["q"][r0 : r0 + rows] = (packed[:, lanes_order(packed.shape[1], group_bytes(fmt))]
                                       if layout == "lanes" else packed)
         parts["scales"][r0 : r0 + rows] = d16
     return parts
@@ -296,7 +310,7 @@ def unpack_ints(parts: dict[str, np.ndarray], fmt: str, k: int, layout: str = "r
     q = np.asarray(parts["q"])
     if layout == "lanes":
         in_order = np.empty_like(q)
-        in_order[:, lanes_order(q.shape[1])] = q
+        in_order[:, lanes_order(q.shape[1], group_bytes(fmt))] = q
         q = in_order
     if info.bits == 8:
         return q.astype(np.int8)

@@ -7,11 +7,12 @@ model: `quant.quantize_activations`), into workspace buffers, in the order the w
 bytes are stored: q4 stores the int8 values of every 128-long chunk of k evens first, then
 odds (a 64-long last chunk: 32 and 32), to line up with the low and high nibbles of 64
 weight bytes; in the "lanes" layout (quantize.weight_formats.lanes_order) each whole block
-of 16 groups is ordered as its weights, group l in lane l of every step (q4: each step's
-evens, then odds). With them, what the dots need: q4, per group, c_g = -8 x the sum of its
-rounded x (the nibbles' offset, float32); q8 with VNNI, per lane, -128 x the sums of its 4
-x (vpdpbusd's unsigned weights, int32; per whole lanes block one vector of the groups'
-sums at the block's first step); q8 without VNNI, |xq| for vpsignb.
+of 16 groups (q4g128: 8) is ordered as its weights, group g in lane g of every step (and
+lane g + 8 with 8 groups; q4: each step's evens, then odds). With them, what the dots
+need: q4, per group, c_g = -8 x the sum of its rounded x (the nibbles' offset, float32);
+q8 with VNNI, per lane, -128 x the sums of its 4 x (vpdpbusd's unsigned weights, int32;
+per whole lanes block one vector of the groups' sums at the block's first step); q8
+without VNNI, |xq| for vpsignb.
 
 `QShape` holds the constants of one kernel that both files derive their loops from.
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from tvm import tirx
 from tvm.script import tirx as T
 
-from ninfer.quantize.weight_formats import LANE_GROUPS, check_k, format_info
+from ninfer.quantize.weight_formats import LANES_BLOCK_BYTES, check_k, format_info
 
 from ..spec import MatmulSpec
 from .common import f32, hmax, hsum_vector, scratch
@@ -43,7 +44,7 @@ class QShape:
     n_out: int
     group: int  # G
     q4: bool
-    lanes: bool  # the "lanes" layout (q8g32, q4g64)
+    lanes: bool  # the "lanes" layout (q8g32, q4g64, q4g128)
     vnni: bool  # vpdpbusd (use_vnni)
     zmm: bool  # on 512-bit vectors (VNNI and use_zmm)
 
@@ -59,9 +60,10 @@ class QShape:
         if not q4 and g != BYTES:
             raise ValueError(f"cpu_qmatmul: q8 groups must be {BYTES} long, got {g}")
         lanes = spec.layout == "lanes"
-        if spec.layout not in ("rows", "lanes") or (lanes and g != (64 if q4 else BYTES)):
+        if spec.layout not in ("rows", "lanes") or (lanes and g not in ((64, 128) if q4
+                                                                        else (BYTES,))):
             raise ValueError(f"cpu_qmatmul: no kernel for {spec.wdtype} in the "
-                             f"{spec.layout!r} layout (rows; lanes for q8g32 and q4g64)")
+                             f"{spec.layout!r} layout (rows; lanes for q8g32, q4g64, q4g128)")
         vnni = use_vnni()
         shape = cls(spec.k, spec.n_out, g, q4, lanes, vnni, vnni and use_zmm())
         assert not lanes or shape.spb % shape.bsteps == 0  # k blocks hold whole lanes blocks
@@ -72,8 +74,12 @@ class QShape:
         return self.k // self.group
 
     @property
-    def nb16(self) -> int:  # whole lanes blocks a row (0 by rows)
-        return self.ng // LANE_GROUPS if self.lanes else 0
+    def bg(self) -> int:  # groups per lanes block (16 of 32 bytes or 8 of 64)
+        return LANES_BLOCK_BYTES * 8 // (self.group * (4 if self.q4 else 8))
+
+    @property
+    def nblk(self) -> int:  # whole lanes blocks a row (0 by rows)
+        return self.ng // self.bg if self.lanes else 0
 
     @property
     def kq(self) -> int:  # bytes of q per row
@@ -85,7 +91,7 @@ class QShape:
 
     @property
     def bsteps(self) -> int:  # steps per block of the lanes layout (8)
-        return LANE_GROUPS * self.group // self.ku
+        return LANES_BLOCK_BYTES // UNIT
 
     @property
     def gps(self) -> int:  # groups per step (2 or 1)
@@ -126,7 +132,8 @@ def x_quantizer(sh: QShape, parallel: bool):  # -> a TVMScript macro
     float32; q8 with VNNI: [n, (NSF + TAIL) * ZL] int32) or |xq| into xa (q8 without
     VNNI); `parallel` over rows (the gemm) or serially (the gemv)."""
     K, G, Q4, vnni = sh.k, sh.group, sh.q4, sh.vnni
-    NG, NB16, BSTEPS, NSF, TAIL, ABSX = sh.ng, sh.nb16, sh.bsteps, sh.nsf, sh.tail, sh.absx
+    NG, NBLK, BG, BSTEPS = sh.ng, sh.nblk, sh.bg, sh.bsteps
+    NSF, TAIL, ABSX = sh.nsf, sh.tail, sh.absx
     zero8 = tirx.Broadcast(tirx.const(0, "int32"), LANES)
     ones_u8 = tirx.Broadcast(tirx.const(1, "uint8"), BYTES)
 
@@ -147,8 +154,9 @@ def x_quantizer(sh: QShape, parallel: bool):  # -> a TVMScript macro
         return total
 
     def lane_sums(xq, i, b, h):
-        """int32x8: lane m is the sum of the rounded x of group 16 b + 8 h + m, a group of
-        a whole lanes block (xq in the lanes order: each step's bytes 4 m.. of half h)."""
+        """int32x8: lane m is the sum of the rounded x in lane 8 h + m of whole lanes block
+        b, all its steps (xq in the lanes order: each step's bytes 4 m.. of half h): group
+        16 b + 8 h + m's sum (8 groups a block: half of group 8 b + m's)."""
         total = None
         for jj in range(BSTEPS):
             base = (b * BSTEPS + jj) * (128 if Q4 else UNIT) + h * BYTES
@@ -187,20 +195,21 @@ def x_quantizer(sh: QShape, parallel: bool):  # -> a TVMScript macro
             xs[i, g] = amax / f32(127.0)
             inv[g] = T.if_then_else(amax > f32(0.0), f32(127.0) / amax, f32(0.0))
         if Q4:
-            # lanes layout: group g = 16 b + l of a whole block, k = 64 g + 8 j + (0..7):
-            # its 4 evens at 1024 b + 128 j + 4 l, its 4 odds 64 after (as the weights'
-            # bytes, quantize.weight_formats.lanes_order)
-            for g in range(NB16 * LANE_GROUPS):
-                for jj in range(BSTEPS):
-                    xv4 = T.bind(x[i, vec(g * G + jj * 8, 8)])
-                    m4 = T.bind(bcast(inv[g], 4))
-                    p4 = T.bind(g // LANE_GROUPS * (LANE_GROUPS * G) + jj * 128
-                                + g % LANE_GROUPS * 4)
-                    xq[i, vec(p4, 4)] = T.Cast(
-                        "int8x4", T.nearbyint(tirx.Shuffle([xv4], evens4) * m4))
-                    xq[i, vec(p4 + 64, 4)] = T.Cast(
-                        "int8x4", T.nearbyint(tirx.Shuffle([xv4], odds4) * m4))
-            for c in range(NB16 * BSTEPS, K // 128):
+            # lanes layout: group g = BG b + m of a whole block, k = G g + 64 h + 8 j +
+            # (0..7) (h < G / 64, the group's lane m + BG h): its 4 evens at
+            # 1024 b + 128 j + 4 (m + BG h), its 4 odds 64 after (as the weights' bytes,
+            # quantize.weight_formats.lanes_order)
+            for g in range(NBLK * BG):
+                for h in T.unroll(G // 64):
+                    for jj in range(BSTEPS):
+                        xv4 = T.bind(x[i, vec(g * G + h * 64 + jj * 8, 8)])
+                        m4 = T.bind(bcast(inv[g], 4))
+                        p4 = T.bind(g // BG * (BG * G) + jj * 128 + (g % BG + BG * h) * 4)
+                        xq[i, vec(p4, 4)] = T.Cast(
+                            "int8x4", T.nearbyint(tirx.Shuffle([xv4], evens4) * m4))
+                        xq[i, vec(p4 + 64, 4)] = T.Cast(
+                            "int8x4", T.nearbyint(tirx.Shuffle([xv4], odds4) * m4))
+            for c in range(NBLK * BSTEPS, K // 128):
                 for t in T.unroll(64 // LANES):
                     deinterleave(x, xq, inv, i, c * 128 + t * 2 * LANES, c * 128 + t * LANES, 64)
             if K % 128 > 0:
@@ -209,13 +218,12 @@ def x_quantizer(sh: QShape, parallel: bool):  # -> a TVMScript macro
         else:
             # lanes layout: group g = 16 b + l of a whole block, k = 32 g + 4 j + t, at
             # 512 b + 64 j + 4 l + t (as the weights: quantize.weight_formats.lanes_order)
-            for g in range(NB16 * LANE_GROUPS):
+            for g in range(NBLK * BG):
                 for jj in range(G // 4):
                     for v in T.vectorized(4):
-                        xq[i, g // LANE_GROUPS * (LANE_GROUPS * G) + jj * UNIT
-                           + g % LANE_GROUPS * 4 + v] = T.Cast(
+                        xq[i, g // BG * (BG * G) + jj * UNIT + g % BG * 4 + v] = T.Cast(
                             "int8", T.nearbyint(x[i, g * G + jj * 4 + v] * inv[g]))
-            for g in range(NB16 * LANE_GROUPS, NG):
+            for g in range(NBLK * BG, NG):
                 for t in range(G // LANES):
                     for v in T.vectorized(LANES):
                         xq[i, g * G + t * LANES + v] = T.Cast(
@@ -230,11 +238,15 @@ def x_quantizer(sh: QShape, parallel: bool):  # -> a TVMScript macro
             # past NG)
             for v in T.vectorized(ZL):
                 xcor[i, NG + v] = f32(0.0)
-            for b in range(NB16):  # a whole lanes block: its 16 groups' sums in the lanes
-                for h in T.unroll(2):
-                    xcor[i, vec(b * LANE_GROUPS + h * LANES, LANES)] = (
-                        bcast(f32(-8.0), LANES) * T.Cast("float32x8", lane_sums(xq, i, b, h)))
-            for g in range(NB16 * LANE_GROUPS, NG - TAIL):
+            for b in range(NBLK):  # a whole lanes block: its groups' sums from the lanes
+                if BG == 2 * LANES:
+                    for h in T.unroll(2):
+                        xcor[i, vec(b * BG + h * LANES, LANES)] = bcast(f32(-8.0), LANES) * (
+                            T.Cast("float32x8", lane_sums(xq, i, b, h)))
+                else:  # group m in lanes m and m + 8
+                    xcor[i, vec(b * BG, LANES)] = bcast(f32(-8.0), LANES) * T.Cast(
+                        "float32x8", lane_sums(xq, i, b, 0) + lane_sums(xq, i, b, 1))
+            for g in range(NBLK * BG, NG - TAIL):
                 xcor[i, g] = f32(-8.0) * hsum_vector(
                     T.Cast("float32x8", group_sums(xq, i, g)), LANES)
             if TAIL > 0:  # the last 64 of k: evens, then odds
@@ -244,12 +256,12 @@ def x_quantizer(sh: QShape, parallel: bool):  # -> a TVMScript macro
         elif vnni:
             # q8, per whole lanes block: its groups' corrections of q + 128 (-128 x the
             # sums of their x), at the block's first step's place
-            for b in range(NB16):
+            for b in range(NBLK):
                 for h in T.unroll(2):
                     xcor[i, vec(b * BSTEPS * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
                         lane_sums(xq, i, b, h), bcast(tirx.const(7, "int32"), LANES))
             # per step after them: the lanes' corrections of q + 128
-            for s in range(NB16 * BSTEPS, NSF):
+            for s in range(NBLK * BSTEPS, NSF):
                 for h in range(2):
                     xcor[i, vec(s * ZL + h * LANES, LANES)] = zero8 - tirx.shift_left(
                         sum4(xq[i, vec(s * UNIT + h * BYTES, BYTES)]),

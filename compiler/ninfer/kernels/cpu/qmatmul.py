@@ -37,20 +37,22 @@ instruction:
    plus the block's corrections, lane l of vector t holding d_g dx_g c_g of group
    g = 16 t + l, 16 groups a vector, added vector by vector) are added into out (halving
    vector adds), block after block.
-4. q8g32 and q4g64 in the "lanes" layout (quantize.weight_formats.lanes_order; the cpu
-   plan's for both, plan.CPU_LANES_FORMATS): within each whole block of 16 groups (8
-   steps) a row's bytes, and xq likewise (q4: each step's evens, then odds), are ordered so
-   that lane l of every step's vector holds group l. A block's vpdpbusd then add, step by
-   step for every (row, column) of the tile, into int32x16 sums whose lane l is group l's
-   exact dot (1, 2 or 4 independent sums, block_chains, added at the end; q8 started from
+4. q8g32, q4g64 and q4g128 in the "lanes" layout (quantize.weight_formats.lanes_order; the
+   cpu plan's for all three, plan.CPU_LANES_FORMATS): within each whole block of 512 bytes
+   (8 steps; 16 groups, q4g128 8) a row's bytes, and xq likewise (q4: each step's evens,
+   then odds), are ordered so that lane l of every step's vector holds group l (q4g128:
+   group l % 8, in two lanes). A block's vpdpbusd then add, step by step for every (row,
+   column) of the tile, into int32x16 sums whose lane l is that group's exact dot (q4g128:
+   half of it; 1, 2 or 4 independent sums, block_chains, added at the end; q8 started from
    the groups' -128 * (sums of their x), one vector a block at the block's first step's
    place in xcor; q4 from 0, its offsets taken back with the k block's corrections as in
-   step 3), converted once and multiplied by the 16 groups' d * dx (sg, already in group
-   order): one conversion and one product a block instead of one per step with its scale
-   pair's load and vpermps (q8g32 gemm 224 -> 372-400 GFLOP/s, RESULTS session 33; q4g64
-   one-row gemv from L2 33 -> 44 GB/s a thread once TIR's CSE no longer spilled the
-   block's offsets, kernels/cpu/build.py, session 34). Groups after the last whole block
-   take the steps above.
+   step 3), converted once and multiplied by the groups' d * dx (sg, already in group
+   order; q4g128: its 8 twice, one broadcast load): one conversion and one product a block
+   instead of one per step with its scale's load (and vpermps) (q8g32 gemm 224 -> 372-400
+   GFLOP/s, RESULTS session 33; q4g64 one-row gemv from L2 33 -> 44 GB/s a thread once
+   TIR's CSE no longer spilled the block's offsets, kernels/cpu/build.py, session 34;
+   q4g128 36 -> 44, its decode +13%, session 36). Groups after the last whole block take
+   the steps above.
 
 Schedules. gemv: one task per (NR weight rows N/NR apart, up to GEMV_ROWS x rows), row
 tiles innermost, so that a thread's contiguous range of tasks reads NR long streams of w
@@ -145,11 +147,11 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     K, N, has_bias = spec.k, spec.n_out, spec.bias
     Q4, NG, KQ = sh.q4, sh.ng, sh.kq
     QDT = "uint8" if Q4 else "int8"
-    # q8g32 / q4g64 in the "lanes" layout: each whole block of LANE_GROUPS groups (BSTEPS
-    # steps) has group l in lane l of every step's vector; its steps' integer dots are
-    # summed per lane and converted and scaled once (the groups after the last whole
-    # block: per step)
-    LANES16, BSTEPS = sh.lanes, sh.bsteps
+    # q8g32 / q4g64 / q4g128 in the "lanes" layout: each whole block of BG groups (BSTEPS
+    # steps) has group l in lane l (BG = 8: and l + 8) of every step's vector; its steps'
+    # integer dots are summed per lane and converted and scaled once (the groups after the
+    # last whole block: per step)
+    LANES16, BSTEPS, BG = sh.lanes, sh.bsteps, sh.bg
     GPS, UPS, NSF, TAIL = sh.gps, sh.ups, sh.nsf, sh.tail
     SPB, NKBF, REM = sh.spb, sh.nkbf, sh.rem
     MR, NR, MB = tl.mr, tl.nr, tl.mb
@@ -260,6 +262,13 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                                                     psignb(wb, xq[i, vec(off, BYTES)]))))
         return concat(*halves)
 
+    def block_scale(sg, r, c, s):
+        """float32x16: the d * dx of a lanes block's lanes (first step s): its 16 groups',
+        or its 8 groups' twice (a 256-bit broadcast load)."""
+        if BG == ZL:
+            return sg[r, c, vec(s * GPS, ZL)]
+        return concat(sg[r, c, vec(s * GPS, BG)], sg[r, c, vec(s * GPS, BG)])
+
     def pair_scale(sg, r, c, s, tail):
         """float32x16: a step's d * dx from the per-group sg[r, c, g] (gemv)."""
         if GPS == 1:
@@ -325,8 +334,8 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             # the lanes block whose first step is s: its exact integer dots summed per lane
             # in iacc step by step for every (row, column) of the tile (two sums: q4 its
             # low and high nibbles', q8 its even and odd steps', in one chain or two,
-            # block_chains), then one conversion and one product with its 16 groups' d * dx
-            # (sg, in group order) a (row, column)
+            # block_chains), then one conversion and one product with its groups' d * dx
+            # (block_scale) a (row, column)
             iacc = scratch((R, C, 4, ZL), "int32")
             for r in T.unroll(R):
                 for c in T.unroll(C):
@@ -354,7 +363,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                         "float32x16", (iacc[r, c, 0, vec(i64(0), ZL)]
                                        + iacc[r, c, 1, vec(i64(0), ZL)])
                         + (iacc[r, c, 2, vec(i64(0), ZL)] + iacc[r, c, 3, vec(i64(0), ZL)])
-                    ) * sg[r, c, vec(s * GPS, ZL)]
+                    ) * block_scale(sg, r, c, s)
         return block_step
 
     block_gemv, block_gemm = block_macro(True), block_macro(False)
