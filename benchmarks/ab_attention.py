@@ -5,9 +5,12 @@
 
 Each --variant is ab_cpu_matmul's `NAME: ATTR=EXPR; ...` (`attention.`, `common.`,
 `build.`, ... in scope), or `NAME: @REV` for attention.py as it was at git revision REV;
-`--block-size` builds every variant with that KV block instead of the plan's 16. The
-kernel is bench_llamacpp's model layer (16 query heads, 8 kv heads, head_dim 128, f16
-pools in the CPU plan's "heads" layout, max context --max-context) at one decode row, as a decode
+`--block-size` builds every variant with that KV block instead of the plan's 16, and
+`--layout` with that pool layout instead of the plan's; a variant's own `layout=NAME`
+(e.g. `--variant 'heads: layout=heads'`) builds it with that layout, so that layouts
+alternate in one run. The kernel is bench_llamacpp's
+model layer (16 query heads, 8 kv heads, head_dim 128, f16 pools in the CPU plan's
+layout, max context --max-context) at one decode row, as a decode
 step calls it: the row's keys and values come from memory, not from the caches (a step
 streams the weights between two visits of a layer's KV cache), so each call takes the
 next of enough sequences to fill --pool-mb. Prints per context the median and best
@@ -23,6 +26,7 @@ command line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -40,6 +44,8 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--variant", action="append", required=True)
     p.add_argument("--contexts", default="160,1024", help="comma-separated key counts")
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--layout", choices=list(K.KV_LAYOUTS), default=None,
+                   help="the pools' layout (default: the CPU plan's, plan.CPU_KV_LAYOUT)")
     p.add_argument("--max-context", type=int, default=1024,
                    help="the kernel's max context (bench_llamacpp's model: 1024)")
     p.add_argument("--kv-dtype", default="f16", choices=list(K.KV_DTYPES),
@@ -75,6 +81,7 @@ def main() -> None:
     import tvm
 
     from ninfer.kernels import AttentionSpec
+    from ninfer.plan import CPU_KV_LAYOUT
     from ninfer.quantize import kv_formats as K
 
     bs, max_ctx = args.block_size, args.max_context
@@ -84,11 +91,15 @@ def main() -> None:
     seqs = max(1, (args.pool_mb << 20) // (max_ctx * row_bytes)) if args.pool_mb else 1
     rotate = K.rotation_block(HEAD_DIM) if args.kv_dtype == "int4" else 0
     spec = AttentionSpec(HEADS, KV_HEADS, HEAD_DIM, max_ctx, bs, seqs, seqs * per_seq,
-                         args.kv_dtype, rotate, layout="heads")
+                         args.kv_dtype, rotate, layout=args.layout or CPU_KV_LAYOUT)
     variants = {}
     for v in args.variant:
         name, _, body = v.partition(":")
-        variants[name.strip()] = _build(body.strip(), spec)[spec.name()]
+        parts = [a.strip() for a in body.split(";")]
+        layouts = [a.split("=", 1)[1].strip() for a in parts if a.startswith("layout=")]
+        vspec = dataclasses.replace(spec, layout=layouts[-1]) if layouts else spec
+        rest = "; ".join(a for a in parts if not a.startswith("layout="))
+        variants[name.strip()] = _build(rest, vspec)[vspec.name()]
     rng = np.random.default_rng(0)
     shape = (seqs * per_seq * bs, KV_HEADS, HEAD_DIM)
     pools = []

@@ -27,8 +27,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--seqs", default="1,4", help="sequences per step (comma list)")
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--layout", choices=["heads", "rows"], default="heads",
-                    help="the pools' layout (kv_formats.KV_LAYOUTS; the CPU plan's: heads)")
+    ap.add_argument("--layout", choices=["planes", "heads", "rows"], default="planes",
+                    help="the pools' layout (kv_formats.KV_LAYOUTS; the CPU plan's: planes)")
     args = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
 

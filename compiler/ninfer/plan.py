@@ -49,9 +49,10 @@ class PlanError(ValueError):
     """The requested serve limits do not fit the model on the target."""
 
 
-# The KV pools' layout on the cpu target (kv_formats.KV_LAYOUTS; CUDA: "rows"): head-major
-# per block, so that a CPU attention thread walking one kv head reads a stream.
-CPU_KV_LAYOUT = "heads"
+# The KV pools' layout on the cpu target (kv_formats.KV_LAYOUTS; CUDA: "rows"): one plane
+# a kv head, so that a CPU attention thread walking one kv head reads a stream ("heads",
+# head-major per block, breaks it every block: 6-17% slower from memory, RESULTS session 36).
+CPU_KV_LAYOUT = "planes"
 # The formats whose matmul weights the cpu target stores in the "lanes" layout
 # (quantize.weight_formats.LANES_FORMATS): the kernels convert and scale a block's integer
 # dots once per 512 weight bytes instead of once per 64 (RESULTS 2026-12-07, sessions
@@ -463,9 +464,10 @@ def make_plan(graph: ModelGraph, target: Target, limits: ServeLimits,
                            x_bf16)
 
     # int4 keys are stored Hadamard-rotated (ninfer.quantize.kv_formats); the CPU kernels
-    # take the pools head-major per block (kv_formats.KV_LAYOUTS), the CUDA ones token-major
+    # take the pools in CPU_KV_LAYOUT (kv_formats.KV_LAYOUTS), the CUDA ones token-major
     rot = rotation_block(d) if kv_format(kvd).rotate_keys else 0
-    layout, pool_bs = ("rows", 0) if target.is_cuda else (CPU_KV_LAYOUT, bs)
+    layout = "rows" if target.is_cuda else CPU_KV_LAYOUT
+    pool_bs = bs if layout == "heads" else 0  # (only "heads" depends on the block size)
     kernels: dict[str, KernelSpec] = {
         "embed": EmbeddingSpec(v, h),
         "norm": RMSNormSpec(h, cfg.rms_norm_eps),

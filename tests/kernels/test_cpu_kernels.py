@@ -172,26 +172,29 @@ KV_FORMAT_STORES = [
 ] + [KvStoreSpec(width=256, pool_rows=40, kv_dtype="int4", head_dim=128, rotate=128)]
 
 
-# The CPU plan's "heads" pool layout (kv_formats.KV_LAYOUTS): decode, prefill and mixed
-# steps, and every KV format's mixed step.
+# The head-major pool layouts (kv_formats.KV_LAYOUTS): the CPU plan's "planes" with
+# decode, prefill and mixed steps and every KV format's mixed step, "heads" with the
+# steps.
+BASE_ATTN_CASES = [ATTN_CASES[5], ATTN_CASES[6], ATTN_CASES[-3], ATTN_CASES[-1]]
 HEADS_ATTN_CASES = [
-    AttnCase(dataclasses.replace(c.spec, layout="heads"), c.segments)
-    for c in [ATTN_CASES[5], ATTN_CASES[6], ATTN_CASES[-3], ATTN_CASES[-1]]
-    + [c for c in KV_ATTN_CASES if c.spec.head_dim == 64]
-]
+    AttnCase(dataclasses.replace(c.spec, layout="planes"), c.segments)
+    for c in BASE_ATTN_CASES + [c for c in KV_ATTN_CASES if c.spec.head_dim == 64]
+] + [AttnCase(dataclasses.replace(c.spec, layout="heads"), c.segments) for c in BASE_ATTN_CASES]
 # Other KV block sizes the runtime allows (plan.ServeLimits: 8 to 64): the kernel walks
 # a key block as runs of min(KEY_BLOCK, block) keys, so runs smaller than, equal to and
 # within a block; decode, prefill and mixed steps whose rows end mid-run.
 BLOCK_ATTN_CASES = [
-    AttnCase(dataclasses.replace(c.spec, layout="heads", block_size=bs,
+    AttnCase(dataclasses.replace(c.spec, layout=layout, block_size=bs,
                                  kv_blocks=c.spec.max_seqs * c.spec.max_ctx // bs + 1),
              c.segments)
-    for bs in (8, 32, 64) for c in [ATTN_CASES[5], ATTN_CASES[6], ATTN_CASES[-3]]
+    for layout, sizes in (("planes", (8, 32, 64)), ("heads", (8, 64)))
+    for bs in sizes for c in [ATTN_CASES[5], ATTN_CASES[6], ATTN_CASES[-3]]
 ]
 HEADS_ATTN_CASES += BLOCK_ATTN_CASES
 HEADS_STORES = [
-    KvStoreSpec(width=128, pool_rows=48, kv_dtype=f, head_dim=32, layout="heads",
-                block_size=16, rotate=32 if f == "int4" else 0) for f in kv_formats.KV_DTYPES
+    KvStoreSpec(width=128, pool_rows=48, kv_dtype=f, head_dim=32, layout=layout,
+                block_size=16 if layout == "heads" else 0, rotate=32 if f == "int4" else 0)
+    for layout in ("planes", "heads") for f in kv_formats.KV_DTYPES
 ]
 
 
@@ -205,7 +208,8 @@ def kernels() -> tvm.runtime.Executable:
     specs += [case.spec for case in HEADS_ATTN_CASES]
     specs += [dataclasses.replace(case.spec, layout="rows") for case in BLOCK_ATTN_CASES]
     stores = KV_STORE_CASES + KV_FORMAT_STORES + HEADS_STORES
-    return build_cpu_module(specs + stores + [_rows_twin(s) for s in HEADS_STORES])
+    specs += stores + [_rows_twin(s) for s in HEADS_STORES]
+    return build_cpu_module(list(dict.fromkeys(specs)))  # (rows twins shared by layouts)
 
 
 def attention_inputs(case: AttnCase, rng: np.random.Generator) -> list[np.ndarray]:
@@ -356,10 +360,11 @@ def test_kv_store_encodes_like_the_reference(kernels: tvm.runtime.Executable,
 
 
 @pytest.mark.parametrize("case", HEADS_ATTN_CASES, ids=lambda c: c.id)
-def test_attention_heads_layout_reads_the_same_keys(kernels: tvm.runtime.Executable,
-                                                    case: AttnCase) -> None:
-    """Over pools stored head-major per block (the CPU plan's layout), attention gives
-    bitwise the outputs of token-major pools holding the same keys and values (a wrong
+def test_attention_head_major_layouts_read_the_same_keys(kernels: tvm.runtime.Executable,
+                                                         case: AttnCase) -> None:
+    """Over pools stored head-major (one plane a head, the CPU plan's layout, or per
+    block), attention gives bitwise the outputs of token-major pools holding the same
+    keys and values (a wrong
     index reads another key, or a NaN row no row may read), and meets the reference."""
     spec = case.spec
     rows_spec = dataclasses.replace(spec, layout="rows")
@@ -371,7 +376,7 @@ def test_attention_heads_layout_reads_the_same_keys(kernels: tvm.runtime.Executa
         kparts = kv_formats.encode(spec.kv_dtype, np.nan_to_num(k), rotate=spec.rotate > 0)
         vparts = kv_formats.encode(spec.kv_dtype, np.nan_to_num(v))
     outs = []
-    for s, layout in ((rows_spec, "rows"), (spec, "heads")):
+    for s, layout in ((rows_spec, "rows"), (spec, spec.layout)):
         stored = [kv_formats.pool_from_rows(np.ascontiguousarray(p), layout, spec.block_size)
                   for p in (*kparts, *vparts)]
         inputs = [q, *stored, pos, seq, tables]
@@ -385,7 +390,8 @@ def test_attention_heads_layout_reads_the_same_keys(kernels: tvm.runtime.Executa
 
 
 @pytest.mark.parametrize("spec", HEADS_STORES, ids=lambda s: s.name())
-def test_kv_store_heads_layout(kernels: tvm.runtime.Executable, spec: KvStoreSpec) -> None:
+def test_kv_store_head_major_layouts(kernels: tvm.runtime.Executable, spec: KvStoreSpec
+                                     ) -> None:
     """The store into a head-major pool writes the bytes the token-major store writes, at
     the places kv_formats.pool_to_rows maps them to, and nothing else."""
     rng = np.random.default_rng(spec.width + 1)
@@ -398,12 +404,12 @@ def test_kv_store_heads_layout(kernels: tvm.runtime.Executable, spec: KvStoreSpe
     flat = [tvm.runtime.tensor(p.reshape(spec.pool_rows, -1) if twin.flat else p)
             for p in pools]
     kernels[twin.name()](tvm.runtime.tensor(x), tvm.runtime.tensor(rows), *flat)
-    heads = [tvm.runtime.tensor(kv_formats.pool_from_rows(p, "heads", spec.block_size))
+    heads = [tvm.runtime.tensor(kv_formats.pool_from_rows(p, spec.layout, spec.block_size))
              for p in pools]
     kernels[spec.name()](tvm.runtime.tensor(x), tvm.runtime.tensor(rows), *heads)
     for f, h, p in zip(flat, heads, pools):
         want = f.numpy().reshape(p.shape)
-        got = kv_formats.pool_to_rows(h.numpy(), "heads", spec.block_size)
+        got = kv_formats.pool_to_rows(h.numpy(), spec.layout, spec.block_size)
         assert not np.array_equal(want.view(np.uint8), p.view(np.uint8))  # rows written
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
@@ -415,6 +421,11 @@ def test_pool_layout_round_trip() -> None:
     run = stored.reshape(-1)[(1 * 3 + 2) * 16 * 5:(1 * 3 + 3) * 16 * 5].reshape(16, 5)
     assert np.array_equal(run, a[16:32, 2])
     assert np.array_equal(kv_formats.pool_to_rows(stored, "heads", 16), a)
+    # planes: head 1's plane is tokens 0..47 of head 1, contiguous across blocks
+    planes = kv_formats.pool_from_rows(a, "planes", 0)
+    assert planes.shape == a.shape
+    assert np.array_equal(planes.reshape(-1)[48 * 5:2 * 48 * 5].reshape(48, 5), a[:, 1])
+    assert np.array_equal(kv_formats.pool_to_rows(planes, "planes", 0), a)
     assert kv_formats.pool_from_rows(a, "rows", 0) is a
     with pytest.raises(ValueError, match="block size"):
         kv_formats.pool_to_rows(a, "heads", 0)

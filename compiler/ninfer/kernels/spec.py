@@ -298,7 +298,8 @@ class AttentionSpec:
     float16 scales, follow each pool in the signature). With `rotate` = P > 0 the keys are
     stored Hadamard-rotated in blocks of P and the kernel rotates the queries likewise.
     `layout` says where a pool row's heads are (kv_formats.KV_LAYOUTS: token-major "rows",
-    or "heads", head-major within each block; the arrays' shape is the same).
+    "heads", head-major within each block, or "planes", head-major over the whole pool; the
+    arrays' shape is the same).
     """
 
     family: ClassVar[str] = "attention"
@@ -311,7 +312,7 @@ class AttentionSpec:
     kv_blocks: int  # blocks in each pool
     kv_dtype: str = "f32"
     rotate: int = 0  # Hadamard block of the stored keys (0: not rotated)
-    # how the pools' rows and heads are laid out (kv_formats.KV_LAYOUTS: "heads" on the
+    # how the pools' rows and heads are laid out (kv_formats.KV_LAYOUTS: "planes" on the
     # CPU, "rows" on CUDA)
     layout: str = "rows"
 
@@ -337,7 +338,7 @@ class AttentionSpec:
 
     def name(self) -> str:
         rot = f"_rot{self.rotate}" if self.rotate else ""
-        hm = "_hm" if self.layout == "heads" else ""
+        hm = {"rows": "", "heads": "_hm", "planes": "_hp"}[self.layout]
         return (f"attention_h{self.heads}_kv{self.kv_heads}_d{self.head_dim}_c{self.max_ctx}"
                 f"_b{self.block_size}_s{self.max_seqs}_k{self.kv_blocks}_{self.kv_dtype}{rot}"
                 f"{hm}")
@@ -368,8 +369,9 @@ class KvStoreSpec:
     in another `kv_dtype` than f32 is [pool_rows, kv_heads, ...] (ninfer.quantize.kv_formats, with
     head_dim given) and quantized formats also write `out_scales`; `rotate` = P > 0
     Hadamard-rotates each head vector in blocks of P before storing it (int4 keys).
-    `layout` "heads" (with `block_size`) stores each block head-major, as AttentionSpec's
-    layout reads it; an f32 pool is then [pool_rows, kv_heads, head_dim] too.
+    `layout` "heads" (with `block_size`) stores each block head-major, "planes" the whole
+    pool head-major (kv_formats.KV_LAYOUTS), as AttentionSpec's layout reads it; an f32
+    pool is then [pool_rows, kv_heads, head_dim] too.
     """
 
     family: ClassVar[str] = "kv_store"
@@ -409,7 +411,7 @@ class KvStoreSpec:
         if self.flat:
             return f"kv_store_w{self.width}_r{self.pool_rows}_f32"
         rot = f"_rot{self.rotate}" if self.rotate else ""
-        hm = f"_hm{self.block_size}" if self.layout == "heads" else ""
+        hm = {"rows": "", "heads": f"_hm{self.block_size}", "planes": "_hp"}[self.layout]
         return (f"kv_store_w{self.width}_r{self.pool_rows}_d{self.head_dim}_{self.kv_dtype}"
                 f"{rot}{hm}")
 

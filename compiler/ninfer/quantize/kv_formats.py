@@ -107,13 +107,17 @@ def pool_parts(name: str, rows: int, kv_heads: int, head_dim: int
 
 
 # How a pool's rows (tokens) and kv heads are laid out in its arrays, whose shape is
-# [rows, kv_heads, width] either way. "rows": token-major, one token's heads together (the
-# CUDA kernels). "heads": within each block of block_size tokens, head-major
+# [rows, kv_heads, width] in every layout. "rows": token-major, one token's heads together
+# (the CUDA kernels). "heads": within each block of block_size tokens, head-major
 # ([blocks, kv_heads, block_size, width]): a kv head's keys of a block are one contiguous
 # run, which a CPU thread walking one head reads as a stream (token-major, a head's key
 # is a short run every kv_heads * width elements: the hardware prefetchers and the L1's
-# sets cope badly, RESULTS session 31).
-KV_LAYOUTS = ("rows", "heads")
+# sets cope badly, RESULTS session 31). "planes": head-major over the whole pool
+# ([kv_heads, rows, width], one plane a kv head): a head's keys of consecutive blocks are
+# contiguous too, so a sequence whose blocks were handed out in order (the block pool
+# hands out ascending ids) is one long stream a head (the CPU plan's: decode attention
+# from memory read 6-17% faster than by "heads" at 512-8192 keys, RESULTS session 36).
+KV_LAYOUTS = ("rows", "heads", "planes")
 
 
 def check_pool_layout(layout: str, block_size: int) -> None:
@@ -135,12 +139,17 @@ def _swap_in_blocks(part: np.ndarray, block_size: int, heads_first: bool) -> np.
 def pool_to_rows(part: np.ndarray, layout: str, block_size: int) -> np.ndarray:
     """A pool array [rows, kv_heads, width] as stored in `layout`, token-major."""
     check_pool_layout(layout, block_size)
+    if layout == "planes":
+        rows, heads, width = part.shape
+        return np.ascontiguousarray(part.reshape(heads, rows, width).transpose(1, 0, 2))
     return part if layout == "rows" else _swap_in_blocks(part, block_size, heads_first=True)
 
 
 def pool_from_rows(part: np.ndarray, layout: str, block_size: int) -> np.ndarray:
     """A token-major pool array [rows, kv_heads, width] as stored in `layout`."""
     check_pool_layout(layout, block_size)
+    if layout == "planes":
+        return np.ascontiguousarray(part.transpose(1, 0, 2)).reshape(part.shape)
     return part if layout == "rows" else _swap_in_blocks(part, block_size, heads_first=False)
 
 

@@ -7,10 +7,10 @@
 namespace ninfer::kernels {
 
 void add_h32_f32(const float* a, const float* b, float* out, int64_t n);
-void attention_h2_kv1_d16_c128_b16_s1_k9_f16_hm(const float* q, const uint16_t* k_pool, const uint16_t* v_pool, const int32_t* pos, const int32_t* seq, const int32_t* block_tables, float* out, int64_t n);
+void attention_h2_kv1_d16_c128_b16_s1_k9_f16_hp(const float* q, const uint16_t* k_pool, const uint16_t* v_pool, const int32_t* pos, const int32_t* seq, const int32_t* block_tables, float* out, int64_t n);
 void embedding_v32_h32_f32(const int32_t* ids, const float* table, float* out, int64_t n);
 void embedding_v64_h32_f32(const int32_t* ids, const float* table, float* out, int64_t n);
-void kv_store_w16_r144_d16_f16_hm16(const float* x, const int32_t* rows, uint16_t* out, int64_t n);
+void kv_store_w16_r144_d16_f16_hp(const float* x, const int32_t* rows, uint16_t* out, int64_t n);
 void matmul_k32_n16_f32_p64_bias_gemm(const float* x, const float* w, const float* bias, float* out, int64_t n);
 void matmul_k32_n16_f32_p64_bias_gemv(const float* x, const float* w, const float* bias, float* out, int64_t n);
 void matmul_k32_n32_f32_p64_bias_gemm(const float* x, const float* w, const float* bias, float* out, int64_t n);

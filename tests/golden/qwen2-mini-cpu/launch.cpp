@@ -6,10 +6,10 @@
 
 extern "C" {
 int __tvm_ffi_add_h32_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_attention_h2_kv1_d16_c128_b16_s1_k9_f16_hm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_attention_h2_kv1_d16_c128_b16_s1_k9_f16_hp(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_embedding_v32_h32_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_embedding_v64_h32_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
-int __tvm_ffi_kv_store_w16_r144_d16_f16_hm16(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
+int __tvm_ffi_kv_store_w16_r144_d16_f16_hp(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_matmul_k32_n16_f32_p64_bias_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_matmul_k32_n16_f32_p64_bias_gemv(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_matmul_k32_n32_f32_p64_bias_gemm(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
@@ -37,7 +37,7 @@ void add_h32_f32(const float* a, const float* b, float* out, int64_t n) {
       .call(__tvm_ffi_add_h32_f32, "add_h32_f32");
 }
 
-void attention_h2_kv1_d16_c128_b16_s1_k9_f16_hm(const float* q, const uint16_t* k_pool, const uint16_t* v_pool, const int32_t* pos, const int32_t* seq, const int32_t* block_tables, float* out, int64_t n) {
+void attention_h2_kv1_d16_c128_b16_s1_k9_f16_hp(const float* q, const uint16_t* k_pool, const uint16_t* v_pool, const int32_t* pos, const int32_t* seq, const int32_t* block_tables, float* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(q, cpu::f32(), {n, 2, 16})
       .tensor(k_pool, cpu::f16(), {144, 1, 16})
@@ -46,7 +46,7 @@ void attention_h2_kv1_d16_c128_b16_s1_k9_f16_hm(const float* q, const uint16_t* 
       .tensor(seq, cpu::i32(), {n})
       .tensor(block_tables, cpu::i32(), {1, 8})
       .tensor(out, cpu::f32(), {n, 2, 16})
-      .call(__tvm_ffi_attention_h2_kv1_d16_c128_b16_s1_k9_f16_hm, "attention_h2_kv1_d16_c128_b16_s1_k9_f16_hm");
+      .call(__tvm_ffi_attention_h2_kv1_d16_c128_b16_s1_k9_f16_hp, "attention_h2_kv1_d16_c128_b16_s1_k9_f16_hp");
 }
 
 void embedding_v32_h32_f32(const int32_t* ids, const float* table, float* out, int64_t n) {
@@ -65,12 +65,12 @@ void embedding_v64_h32_f32(const int32_t* ids, const float* table, float* out, i
       .call(__tvm_ffi_embedding_v64_h32_f32, "embedding_v64_h32_f32");
 }
 
-void kv_store_w16_r144_d16_f16_hm16(const float* x, const int32_t* rows, uint16_t* out, int64_t n) {
+void kv_store_w16_r144_d16_f16_hp(const float* x, const int32_t* rows, uint16_t* out, int64_t n) {
   cpu::KernelArgs()
       .tensor(x, cpu::f32(), {n, 16})
       .tensor(rows, cpu::i32(), {n})
       .tensor(out, cpu::f16(), {144, 1, 16})
-      .call(__tvm_ffi_kv_store_w16_r144_d16_f16_hm16, "kv_store_w16_r144_d16_f16_hm16");
+      .call(__tvm_ffi_kv_store_w16_r144_d16_f16_hp, "kv_store_w16_r144_d16_f16_hp");
 }
 
 void matmul_k32_n16_f32_p64_bias_gemm(const float* x, const float* w, const float* bias, float* out, int64_t n) {

@@ -183,9 +183,9 @@ class GeneratedModel final : public Model {
       rope_h1_d16_p128_f32(k_, pos_, rope_cos_, rope_sin_, kr_, n);
       // this step's keys and values into their slots' blocks (KV format: f16),
       // then attention over them
-      kv_store_w16_r144_d16_f16_hm16(kr_, kv_rows_, k_pool_[l], n);
-      kv_store_w16_r144_d16_f16_hm16(v_, kv_rows_, v_pool_[l], n);
-      attention_h2_kv1_d16_c128_b16_s1_k9_f16_hm(qr_, k_pool_[l], v_pool_[l], pos_, seq_, block_tables_, att_, n);
+      kv_store_w16_r144_d16_f16_hp(kr_, kv_rows_, k_pool_[l], n);
+      kv_store_w16_r144_d16_f16_hp(v_, kv_rows_, v_pool_[l], n);
+      attention_h2_kv1_d16_c128_b16_s1_k9_f16_hp(qr_, k_pool_[l], v_pool_[l], pos_, seq_, block_tables_, att_, n);
       if (n <= kGemvMaxRows) matmul_k32_n32_f32_p64_gemv(att_, w.o, o_, n);
       else matmul_k32_n32_f32_p64_gemm(att_, w.o, o_, n);
       add_h32_f32(x, o_, res, n);

@@ -18,15 +18,16 @@ the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
    then a horizontal sum (halving vector adds); keys past a row's causal limit get -1e30
    (exactly 0 after exp).
    Keys are visited a run at a time (U = min(KEY_BLOCK, block size) keys of one block:
-   one block-table lookup a run, contiguous in the "heads" layout), and with each key the
-   lines of the key K_AHEAD keys on and of the value V_AHEAD keys on are prefetched into
-   L2 (the item's first ones before the loop): one decode row's item walks a few short
-   runs and was latency-bound with the block-ahead L1 prefetch it had before. The pools
-   are best stored in the "heads" layout (spec.layout, kv_formats.KV_LAYOUTS), where a kv
-   head's keys of a block are one contiguous run; token-major rows put a head's keys
-   kv_heads * head_dim values apart, which the hardware prefetchers follow badly and
-   which all fall into a few L1 sets (a decode step's attention from memory took ~1.5x as
-   long, RESULTS session 31);
+   one block-table lookup a run, contiguous in the "heads" and "planes" layouts), and with
+   each key the lines of the key K_AHEAD keys on and of the value V_AHEAD keys on are
+   prefetched into L2 (the item's first ones before the loop): one decode row's item walks
+   a few short runs and was latency-bound with the block-ahead L1 prefetch it had before.
+   The pools are best stored in the "planes" layout (spec.layout, kv_formats.KV_LAYOUTS),
+   where a kv head's keys are contiguous across consecutive blocks too ("heads": within a
+   block; from memory "planes" read 6-17% faster at 512-8192 keys, RESULTS session 36);
+   token-major rows put a head's keys kv_heads * head_dim values apart, which the hardware
+   prefetchers follow badly and which all fall into a few L1 sets (a decode step's
+   attention from memory took ~1.5x as long, RESULTS session 31);
 2. online softmax: m' = max(m, max_j s), corr = exp(m - m'), p = exp(s - m'),
    l = l * corr + sum(p), acc *= corr;
 3. acc[r, :] += sum_j p[r, j] * v[j, :], a few head_dim vectors at a time held in
@@ -147,7 +148,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
 
     def at(run, g):
         """(row, head) indices of the pools' arrays for kv head g of a key's run."""
-        return pool_index(spec.layout, KVH, BS, run[0], run[1], g)
+        return pool_index(spec.layout, KVH, BS, NBLK * BS, run[0], run[1], g)
 
     def run_of(bt, s, j):
         """(block, first slot) of the run of U keys holding key j of slot s."""
@@ -200,7 +201,7 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                         T.evaluate(fetch(vc, g, bp0, sp0 + jj, line))
         for jb in range((last + B) // B):
             # 1. scores of this key block, one run of U keys (contiguous in the "heads"
-            # layout) at a time: the run's block is looked up once
+            # and "planes" layouts) at a time: the run's block is looked up once
             for u in range(NU):
                 kb = T.bind(T.min(jb * B + u * U, last))  # the run's first key, or last
                 blk = T.bind(phys(bt, s, kb)[0])

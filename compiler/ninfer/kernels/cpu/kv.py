@@ -61,15 +61,18 @@ def line_elems(kv_dtype: str) -> int:
     return 64 // np.dtype(kv_format(kv_dtype).storage).itemsize
 
 
-def pool_index(layout: str, kv_heads: int, block_size: int, block: tirx.PrimExpr,
+def pool_index(layout: str, kv_heads: int, block_size: int, rows: int, block: tirx.PrimExpr,
                slot: tirx.PrimExpr, head: tirx.PrimExpr) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
     """(row, head) indices of the pool arrays' declared shape [rows, kv_heads, ...] that
     hold head `head` of the token in slot `slot` of block `block`, in `layout`
     (kv_formats.KV_LAYOUTS)."""
     if layout == "rows":
         return block * block_size + slot, head
-    run = (block * kv_heads + head) * block_size + slot  # the head's run of the block
-    return run // kv_heads, run % kv_heads
+    if layout == "planes":  # the head's plane of `rows` tokens
+        at = head * rows + block * block_size + slot
+    else:
+        at = (block * kv_heads + head) * block_size + slot  # the head's run of the block
+    return at // kv_heads, at % kv_heads
 
 
 def load(kv_dtype: str, data: tirx.Buffer, scales: tirx.Buffer, row: tirx.PrimExpr,
@@ -166,8 +169,8 @@ def kv_store(spec: KvStoreSpec) -> tirx.PrimFunc:
     @T.macro
     def store_head(x, i, tok, hd, out, sc):
         # token row `tok` of the pool, head hd, at (row, hd_) of the arrays' shape
-        row = T.bind(pool_index(LAYOUT, KVH, BS1, tok // BS1, tok % BS1, hd)[0])
-        hd_ = T.bind(pool_index(LAYOUT, KVH, BS1, tok // BS1, tok % BS1, hd)[1])
+        row = T.bind(pool_index(LAYOUT, KVH, BS1, R, tok // BS1, tok % BS1, hd)[0])
+        hd_ = T.bind(pool_index(LAYOUT, KVH, BS1, R, tok // BS1, tok % BS1, hd)[1])
         t = scratch((1, D))
         for dv in range(DV):
             for v in T.vectorized(VW):
