@@ -284,9 +284,9 @@ def weight_format(w: WeightSpec, formats: WeightFormats) -> str:
 
 def matmul_layout(target: Target, wdtype: str) -> Literal["rows", "panels", "lanes"]:
     """Storage layout of a matmul weight (quantize.weight_formats): for the CPU, float
-    weights in 64-column panels (what kernels/cpu/matmul.py takes) and q8g32 and q4g64 with
-    each 16-group block interleaved by group ("lanes", what kernels/cpu/qmatmul.py takes for
-    them); the rest by rows."""
+    weights in 64-column panels (what kernels/cpu/matmul.py takes) and the formats of
+    CPU_LANES_FORMATS with each 512-byte block interleaved by group ("lanes", what
+    kernels/cpu/qmatmul.py takes for them); the rest by rows."""
     from ninfer.quantize.weight_formats import format_info
 
     if target.is_cuda:

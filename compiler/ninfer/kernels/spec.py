@@ -118,8 +118,9 @@ class MatmulSpec:
     group-quantized q8g32 / q4g64 / q4g128 (k a multiple of the group; the kernels then
     also round x to int8 per group, see quant.quantize_activations). `layout` is the
     weight's storage layout (quant.part_layout): "rows" ([n_out, k]) or, for float formats,
-    "panels" (64-column panels, what the CPU kernels take), or for q8g32 and q4g64 "lanes"
-    (rows with each 16-group block's bytes interleaved by group, what the CPU kernels take).
+    "panels" (64-column panels, what the CPU kernels take), or for the quantized formats
+    "lanes" (rows with each 512-byte block's bytes interleaved by group, what the CPU
+    kernels take).
     """
 
     family: ClassVar[str] = "matmul"
