@@ -22,13 +22,17 @@ import time
 
 
 def main() -> None:
+    from ninfer.plan import CPU_KV_LAYOUT
+    from ninfer.quantize.kv_formats import KV_LAYOUTS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--seqs", default="1,4", help="sequences per step (comma list)")
     ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--layout", choices=["planes", "heads", "rows"], default="planes",
-                    help="the pools' layout (kv_formats.KV_LAYOUTS; the CPU plan's: planes)")
+    ap.add_argument("--layout", choices=list(KV_LAYOUTS), default=CPU_KV_LAYOUT,
+                    help="the pools' layout (kv_formats.KV_LAYOUTS; default the CPU plan's, "
+                         "plan.CPU_KV_LAYOUT)")
     args = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
 

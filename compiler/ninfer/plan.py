@@ -51,7 +51,8 @@ class PlanError(ValueError):
 
 # The KV pools' layout on the cpu target (kv_formats.KV_LAYOUTS; CUDA: "rows"): one plane
 # a kv head, so that a CPU attention thread walking one kv head reads a stream ("heads",
-# head-major per block, breaks it every block: 6-17% slower from memory, RESULTS session 36).
+# head-major per block, breaks it every block: up to 1.17x as slow from memory, RESULTS
+# session 36).
 CPU_KV_LAYOUT = "planes"
 # The formats whose matmul weights the cpu target stores in the "lanes" layout
 # (quantize.weight_formats.LANES_FORMATS): the kernels convert and scale a block's integer

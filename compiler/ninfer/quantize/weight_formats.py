@@ -140,11 +140,6 @@ def group_bytes(fmt: str) -> int:
     return info.group * info.bits // 8
 
 
-def lanes_groups(fmt: str) -> int:
-    """Groups per block of the "lanes" layout: 16 of 32 bytes or 8 of 64."""
-    return LANES_BLOCK_BYTES // group_bytes(fmt)
-
-
 def lanes_order(row_bytes: int, group_bytes: int) -> np.ndarray:
     """int64 [row_bytes]: the byte of a row of q stored at each position in the "lanes"
     layout (see the module docstring): within every whole block of LANES_BLOCK_BYTES,

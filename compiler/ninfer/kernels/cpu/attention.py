@@ -24,7 +24,8 @@ the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
    a few short runs and was latency-bound with the block-ahead L1 prefetch it had before.
    The pools are best stored in the "planes" layout (spec.layout, kv_formats.KV_LAYOUTS),
    where a kv head's keys are contiguous across consecutive blocks too ("heads": within a
-   block; from memory "planes" read 6-17% faster at 512-8192 keys, RESULTS session 36);
+   block; from memory "planes" read 1.11x as fast at 2048 keys, 1.17x at 8192, RESULTS
+   session 36);
    token-major rows put a head's keys kv_heads * head_dim values apart, which the hardware
    prefetchers follow badly and which all fall into a few L1 sets (a decode step's
    attention from memory took ~1.5x as long, RESULTS session 31);

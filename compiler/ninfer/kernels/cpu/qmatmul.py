@@ -47,7 +47,7 @@ instruction:
    the groups' -128 * (sums of their x), one vector a block at the block's first step's
    place in xcor; q4 from 0, its offsets taken back with the k block's corrections as in
    step 3), converted once and multiplied by the groups' d * dx (sg, already in group
-   order; q4g128: its 8 twice, one broadcast load): one conversion and one product a block
+   order; q4g128: its 8 twice, one vinsertf64x4): one conversion and one product a block
    instead of one per step with its scale's load (and vpermps) (q8g32 gemm 224 -> 372-400
    GFLOP/s, RESULTS session 33; q4g64 one-row gemv from L2 33 -> 44 GB/s a thread once
    TIR's CSE no longer spilled the block's offsets, kernels/cpu/build.py, session 34;
@@ -264,7 +264,7 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
 
     def block_scale(sg, r, c, s):
         """float32x16: the d * dx of a lanes block's lanes (first step s): its 16 groups',
-        or its 8 groups' twice (a 256-bit broadcast load)."""
+        or its 8 groups' twice (LLVM: one vinsertf64x4 of the 8 it holds in a register)."""
         if BG == ZL:
             return sg[r, c, vec(s * GPS, ZL)]
         return concat(sg[r, c, vec(s * GPS, BG)], sg[r, c, vec(s * GPS, BG)])
