@@ -8,7 +8,10 @@ Each --variant is ab_cpu_matmul's `NAME: ATTR=EXPR; ...` (`attention.`, `common.
 `--block-size` builds every variant with that KV block instead of the plan's 16, and
 `--layout` with that pool layout instead of the plan's; a variant's own `layout=NAME`
 (e.g. `--variant 'heads: layout=heads'`) builds it with that layout, so that layouts
-alternate in one run. The kernel is bench_llamacpp's
+alternate in one run, and `tables=interleaved` gives it block tables whose sequences'
+blocks interleave one by one (as sequences that decode in step got them from an allocator
+that hands out the lowest free block: runs of one block), where the default gives each
+sequence consecutive blocks. The kernel is bench_llamacpp's
 model layer (16 query heads, 8 kv heads, head_dim 128, f16 pools in the CPU plan's
 layout, max context --max-context) at one decode row, as a decode
 step calls it: the row's keys and values come from memory, not from the caches (a step
@@ -92,14 +95,27 @@ def main() -> None:
     rotate = K.rotation_block(HEAD_DIM) if args.kv_dtype == "int4" else 0
     spec = AttentionSpec(HEADS, KV_HEADS, HEAD_DIM, max_ctx, bs, seqs, seqs * per_seq,
                          args.kv_dtype, rotate, layout=args.layout or CPU_KV_LAYOUT)
-    variants = {}
+    ids = np.arange(seqs * per_seq, dtype=np.int32)
+    table_kinds = {"consecutive": ids.reshape(seqs, per_seq),
+                   "interleaved": ids.reshape(per_seq, seqs).T.copy()}
+    variants, variant_tables = {}, {}
     for v in args.variant:
         name, _, body = v.partition(":")
-        parts = [a.strip() for a in body.split(";")]
-        layouts = [a.split("=", 1)[1].strip() for a in parts if a.startswith("layout=")]
-        vspec = dataclasses.replace(spec, layout=layouts[-1]) if layouts else spec
-        rest = "; ".join(a for a in parts if not a.startswith("layout="))
-        variants[name.strip()] = _build(rest, vspec)[vspec.name()]
+        name = name.strip()
+        opts = {"layout": spec.layout, "tables": "consecutive"}
+        rest = []
+        for part in (a.strip() for a in body.split(";")):
+            key = part.split("=", 1)[0].strip()
+            if key in opts:
+                opts[key] = part.split("=", 1)[1].strip()
+            else:
+                rest.append(part)
+        if opts["tables"] not in table_kinds:
+            raise SystemExit(f"variant {name}: tables={opts['tables']}: not one of "
+                             f"{', '.join(table_kinds)}")
+        vspec = dataclasses.replace(spec, layout=opts["layout"])
+        variants[name] = _build("; ".join(rest), vspec)[vspec.name()]
+        variant_tables[name] = tvm.runtime.tensor(table_kinds[opts["tables"]])
     rng = np.random.default_rng(0)
     shape = (seqs * per_seq * bs, KV_HEADS, HEAD_DIM)
     pools = []
@@ -111,7 +127,6 @@ def main() -> None:
         else:  # as the CPU engine holds its KV pools (backend/cpu/cpu_memory.cpp)
             arena = _HugeArena(sum(-(-a.nbytes // 64) * 64 for a in stored))
             pools.append([arena.put(a) for a in stored])
-    tables = tvm.runtime.tensor(np.arange(seqs * per_seq, dtype=np.int32).reshape(seqs, per_seq))
     q = tvm.runtime.tensor(rng.standard_normal((1, HEADS, HEAD_DIM)).astype(np.float32))
     out = tvm.runtime.tensor(np.zeros((1, HEADS, HEAD_DIM), np.float32))
     seq_ids = [tvm.runtime.tensor(np.array([s], np.int32)) for s in range(seqs)]
@@ -124,6 +139,7 @@ def main() -> None:
         for c in contexts:
             pos = tvm.runtime.tensor(np.array([c - 1], np.int32))
             for name, fn in variants.items():
+                tables = variant_tables[name]
                 fn(q, *pools[0], *pools[1], pos, seq_ids[0], tables, out)  # warm the code
                 t0 = time.perf_counter()
                 for i in range(args.calls):

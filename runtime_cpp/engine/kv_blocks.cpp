@@ -1,6 +1,7 @@
 #include "engine/kv_blocks.h"
 
 #include <algorithm>
+#include <iterator>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -53,8 +54,8 @@ KvBlocks::KvBlocks(int num_blocks, int block_size)
     throw std::invalid_argument("the KV pool needs at least 2 blocks (block 0 is reserved), has " +
                                 std::to_string(num_blocks));
   refs_[0] = 1;  // reserved for padding rows, never handed out
-  free_.reserve(num_blocks - 1);
-  for (int b = num_blocks - 1; b >= 1; --b) free_.push_back(b);
+  if (num_blocks > 1) runs_.emplace(1, num_blocks - 1);
+  plain_free_ = num_blocks - 1;
   hash_of_.assign(num_blocks, 0);
   parent_of_.assign(num_blocks, 0);
   prev_.assign(num_blocks, 0);
@@ -83,15 +84,60 @@ void KvBlocks::unpublish(int32_t b) {
   parent_of_[b] = 0;
 }
 
+int32_t KvBlocks::take_free(int32_t after, int want) {
+  auto it = runs_.end();
+  int32_t b = 0;
+  if (after > 0) {
+    it = runs_.find(after + 1);
+    if (it != runs_.end()) b = after + 1;
+  }
+  if (b == 0) {  // a new run: the largest free one (the first of equals)
+    int32_t best = -1;
+    for (auto r = runs_.begin(); r != runs_.end(); ++r)
+      if (r->second - r->first > best) {
+        best = r->second - r->first;
+        it = r;
+      }
+    // Behind a held block (not the reserved block 0), leave the first half of what the
+    // `want` blocks do not fill to that block's holder.
+    const int32_t spare = it->second - it->first + 1 - want;
+    b = it->first + (it->first > 1 && spare > 0 ? (spare + 1) / 2 : 0);
+  }
+  const int32_t first = it->first, last = it->second;
+  runs_.erase(it);
+  if (first < b) runs_.emplace(first, b - 1);
+  if (b < last) runs_.emplace(b + 1, last);
+  --plain_free_;
+  return b;
+}
+
+void KvBlocks::put_free(int32_t b) {
+  int32_t first = b, last = b;
+  auto next = runs_.find(b + 1);
+  if (next != runs_.end()) {
+    last = next->second;
+    runs_.erase(next);
+  }
+  auto it = runs_.lower_bound(b);
+  if (it != runs_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second == b - 1) {
+      first = prev->first;
+      runs_.erase(prev);
+    }
+  }
+  runs_.emplace(first, last);
+  ++plain_free_;
+}
+
 bool KvBlocks::grow(std::vector<int32_t>& blocks, int tokens) {
   const int need = blocks_for(tokens) - static_cast<int>(blocks.size());
   if (need <= 0) return true;
   if (need > free()) return false;
   for (int i = 0; i < need; ++i) {
     int32_t b;
-    if (!free_.empty()) {
-      b = free_.back();
-      free_.pop_back();
+    if (plain_free_ > 0) {
+      b = take_free(blocks.empty() ? 0 : blocks.back(), need - i);
     } else {  // evict the least recently used cached block
       b = next_[0];
       lru_remove(b);
@@ -105,15 +151,15 @@ bool KvBlocks::grow(std::vector<int32_t>& blocks, int tokens) {
 }
 
 void KvBlocks::release(std::vector<int32_t>& blocks) {
-  // Pushed in reverse so that a sequence's blocks come back in the order it got them (and
-  // its cached tail is evicted before its head).
+  // From the last to the first, so that a sequence's cached tail goes to the LRU list (and
+  // is evicted) before its head.
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
     const int32_t b = *it;
     if (b <= 0 || b >= static_cast<int32_t>(refs_.size()) || refs_[b] <= 0)
       throw std::logic_error("KV block " + std::to_string(b) + " released but not allocated");
     if (--refs_[b] == 0) {
       if (hash_of_[b] != 0) lru_push(b);
-      else free_.push_back(b);
+      else put_free(b);
     }
   }
   blocks.clear();

@@ -1,9 +1,16 @@
 // Paged KV accounting: which blocks of the model's pool are free, and the prefix cache.
 // Block 0 is reserved (padding rows write there), so blocks 1..num_blocks-1 are handed
-// out. A block may be shared by several sequences (the full prompt blocks of a request's
-// n choices, or a cached prefix): it is reference-counted and returns to the pool when its
-// last holder releases it; a shared block is only ever read (the scheduler never gives a
-// sequence rows in a block it shares). Not thread-safe: only the engine loop touches it.
+// out. Placement keeps a sequence's blocks consecutive where it can (a KV layout with one
+// plane a kv head, the CPU plan's, makes consecutive blocks one stream for decode
+// attention's prefetch): a growing sequence takes the block after its last one when that
+// is free; a sequence starting, or one whose next block is taken, starts a new run in the
+// largest free run, centred in what it leaves spare when a held block precedes the run
+// (whoever holds that block may grow into the first half), so sequences that grow in step
+// do not interleave their blocks. A block may be shared by several sequences (the full
+// prompt blocks of a request's n choices, or a cached prefix): it is reference-counted and
+// returns to the pool when its last holder releases it; a shared block is only ever read
+// (the scheduler never gives a sequence rows in a block it shares). Not thread-safe: only
+// the engine loop touches it.
 //
 // Prefix cache (set_caching): a full block whose keys/values are final can be published
 // under the hash of its content, which is the hash of its parent block's content and its
@@ -18,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -50,14 +58,15 @@ class KvBlocks {
   int block_size() const { return block_size_; }
   int total() const { return static_cast<int>(refs_.size()) - 1; }  // usable blocks
   // Blocks grow() can hand out: never used, or cached and unreferenced (evictable).
-  int free() const { return static_cast<int>(free_.size()) + lru_size_; }
+  int free() const { return plain_free_ + lru_size_; }
   int used() const { return total() - free(); }
   // Blocks needed to hold `tokens` positions.
   int blocks_for(int tokens) const { return (tokens + block_size_ - 1) / block_size_; }
 
   // Appends blocks to `blocks` until it covers `tokens` positions; all or nothing:
   // false (and `blocks` unchanged) when the pool has too few free blocks. Takes plain
-  // free blocks first, then evicts cached ones, least recently used first.
+  // free blocks first (placed as the header says), then evicts cached ones, least
+  // recently used first.
   bool grow(std::vector<int32_t>& blocks, int tokens);
   // Appends the first `count` blocks of `from` to `to`, one more reference each.
   void share(const std::vector<int32_t>& from, int count, std::vector<int32_t>& to);
@@ -96,10 +105,15 @@ class KvBlocks {
   void unpublish(int32_t block);
   void lru_push(int32_t block);  // at the most recently used end
   void lru_remove(int32_t block);
+  // A plain free block for a sequence whose last block is `after` (0: none) and which
+  // needs `want` blocks more, `after + 1` where free.
+  int32_t take_free(int32_t after, int want);
+  void put_free(int32_t block);
 
   int block_size_;
-  std::vector<int32_t> free_;  // stack; the lowest id is handed out first
-  std::vector<int> refs_;      // refs_[b]: holders of b, 0 = free or cached (catches double frees)
+  std::map<int32_t, int32_t> runs_;  // plain free blocks as runs: first -> last (inclusive)
+  int plain_free_ = 0;               // blocks in runs_
+  std::vector<int> refs_;  // refs_[b]: holders of b, 0 = free or cached (catches double frees)
   bool caching_ = false;
   std::unordered_map<uint64_t, int32_t> index_;  // content hash -> the block holding it
   std::vector<uint64_t> hash_of_, parent_of_;    // per block (0: not published)

@@ -47,6 +47,29 @@ void test_kv_blocks() {
   }
   CHECK(bad_pool);
 
+  // Placement: sequences that grow in step keep their blocks consecutive.
+  KvBlocks pool(41, 4);  // blocks 1..40
+  std::vector<int32_t> p, q, r;
+  CHECK(pool.grow(p, 8) && p == std::vector<int32_t>({1, 2}));  // an empty pool: from 1
+  // Behind p's last block: centred in what the 2 blocks leave of 3..40 (36 spare).
+  CHECK(pool.grow(q, 8) && q == std::vector<int32_t>({21, 22}));
+  for (int t = 12; t <= 40; t += 4) CHECK(pool.grow(p, t) && pool.grow(q, t));
+  for (size_t i = 1; i < p.size(); ++i) CHECK(p[i] == p[i - 1] + 1 && q[i] == q[i - 1] + 1);
+  CHECK(p.back() == 10 && q.back() == 30);
+  // Two runs of 10 left (11..20, 31..40): the first; 9 spare, 5 of them left to p.
+  CHECK(pool.grow(r, 1) && r[0] == 16);
+  pool.release(q);  // 17..40 one run again
+  CHECK(pool.grow(r, 8) && r[1] == 17 && pool.free() == 40 - 10 - 2);
+  // 26 blocks: all of the largest run (18..40), then 3 of 11..15, 1 of its 2 spare first.
+  std::vector<int32_t> big;
+  CHECK(pool.grow(big, 26 * 4) && big.front() == 18 && big[22] == 40 && big[23] == 12 &&
+        big[25] == 14 && pool.free() == 2);
+  pool.release(p);
+  pool.release(r);
+  pool.release(big);
+  std::vector<int32_t> all;
+  CHECK(pool.grow(all, 40 * 4) && all.front() == 1 && all.back() == 40);  // runs merged
+
   std::vector<int32_t> tables(3 * 4, -1);
   std::vector<int32_t> s0 = {5, 6}, s2 = {7};
   fill_block_tables(tables.data(), 3, 4, {&s0, nullptr, &s2});

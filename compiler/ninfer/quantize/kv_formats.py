@@ -114,10 +114,12 @@ def pool_parts(name: str, rows: int, kv_heads: int, head_dim: int
 # is a short run every kv_heads * width elements: the hardware prefetchers and the L1's
 # sets cope badly, RESULTS session 31). "planes": head-major over the whole pool
 # ([kv_heads, rows, width], one plane a kv head): a head's keys of consecutive blocks are
-# contiguous too, so a sequence whose blocks were handed out in order (the block pool
-# hands out ascending ids) is one long stream a head (the CPU plan's: decode attention
-# from memory read 1.11x as fast as by "heads" at 2048 keys, 1.17x at 8192, on a par at
-# 512, RESULTS session 36).
+# contiguous too, so a sequence whose blocks are consecutive (the block pool keeps them
+# so where it can, also for sequences that grow in step: engine/kv_blocks.h) is one long
+# stream a head (the CPU plan's: decode attention from memory read 1.11x as fast as by
+# "heads" at 2048 keys, 1.17x at 8192, on a par at 512, RESULTS session 36; blocks
+# interleaved one by one read 1.17x slower at 2048 keys and 1.30x at 8192 on the Intel VM,
+# session 37).
 KV_LAYOUTS = ("rows", "heads", "planes")
 
 
