@@ -163,12 +163,38 @@ def test_the_kernel_cache_is_keyed_by_the_host_cpu(monkeypatch: pytest.MonkeyPat
     assert len(list(cache.glob("*.o"))) == 2
 
 
-def test_a_hidden_avx512_bf16_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    """LLVM names the CPU model; a hypervisor may hide the feature from the guest (no
-    avx512_bf16 in /proc/cpuinfo): then the kernels keep to FMAs."""
-    from ninfer.kernels.cpu import common
+def test_the_target_follows_the_flags_linux_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLVM names the CPU model; a hypervisor may report a model that lacks features the
+    guest has (the Intel VM of RESULTS session 23: "rocketlake" with AVX512_BF16 and FP16)
+    or hide a feature the model implies: the target follows /proc/cpuinfo's flags both
+    ways, and the kernels with it."""
+    from tvm.target import codegen
 
-    assert common.host_reports("fpu")  # every x86-64 Linux lists it
-    assert not common.host_reports("no_such_flag_here")
-    monkeypatch.setattr(matmul, "host_reports", lambda flag: flag != "avx512_bf16")
-    assert not matmul.use_dpbf16()
+    from ninfer.kernels.cpu import build, common
+
+    flags = common.host_flags()
+    assert flags is None or "fpu" in flags  # every x86-64 Linux lists it
+
+    def host(cpu: str, listed: set[str]) -> dict:
+        monkeypatch.setattr(codegen, "llvm_get_system_cpu", lambda: cpu)
+        monkeypatch.setattr(common, "host_flags", lambda: frozenset(listed))
+        common.host_has.cache_clear()
+        return dict(common.host_target_config())
+
+    base = {"fpu", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+            "avx512cd", "avx512_vnni", "avx512vbmi", "avx512_vbmi2", "avx512_bitalg",
+            "avx512_vpopcntdq", "avx512ifma", "gfni", "vaes", "vpclmulqdq"}
+    try:
+        config = host("rocketlake", base | {"avx512_bf16"})
+        assert config["mattr"] == ("+avx512bf16",)
+        assert common.host_has("avx512bf16") and matmul.use_dpbf16()
+        assert "+avx512bf16" in str(build.cpu_target())
+        config = host("sapphirerapids", base - {"avx512vbmi"})  # no bf16, fp16, avxvnni
+        assert {"-avx512bf16", "-avx512fp16", "-avxvnni", "-avx512vbmi"} <= set(config["mattr"])
+        assert not common.host_has("avx512bf16") and not matmul.use_dpbf16()
+        assert common.host_has("avx512vnni")
+        assert "mattr" not in host("rocketlake", base)  # the model's set as listed
+        monkeypatch.setattr(common, "host_flags", lambda: None)  # nothing to ask: the model
+        assert "mattr" not in dict(common.host_target_config())
+    finally:
+        common.host_has.cache_clear()

@@ -23,6 +23,7 @@ from ninfer.targets import Target
 
 from ..spec import KernelSpec, KvStoreSpec, MatmulSpec
 from . import attention, bf16dot, elementwise, gdn, kv, matmul, moe, qmatmul
+from .common import host_target
 
 
 def _matmul(spec: MatmulSpec) -> tirx.PrimFunc:
@@ -59,9 +60,9 @@ _BUILDERS: dict[str, Callable[..., tirx.PrimFunc]] = {
 
 
 def cpu_target() -> tvm.target.Target:
-    """LLVM target for this machine's CPU (the string "native" would fall back to generic)."""
-    mcpu = tvm.target.codegen.llvm_get_system_cpu()
-    return tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    """LLVM target for this machine's CPU: its model and the features Linux lists
+    (common.host_target)."""
+    return host_target()
 
 
 def cpu_primfunc(spec: KernelSpec) -> tirx.PrimFunc:

@@ -63,7 +63,6 @@ from .common import (
     bf16_float,
     f32,
     host_has,
-    host_reports,
     host_vector_lanes,
     i64,
     prefetch,
@@ -116,8 +115,7 @@ def use_dpbf16() -> bool:
     """bf16 weights: one vdpbf16ps per pair of k steps where the host has AVX512_BF16 (and
     the kernels use 16 lanes); elsewhere two FMAs in the instruction's order, which give the
     same results but where it flushes a subnormal to zero."""
-    return (host_vector_lanes() == bf16dot.LANES and host_has("avx512bf16")
-            and host_reports("avx512_bf16"))
+    return host_vector_lanes() == bf16dot.LANES and host_has("avx512bf16")
 
 
 def matmul(spec: MatmulSpec) -> tirx.PrimFunc:
