@@ -89,8 +89,9 @@ def test_generated_sources_match_golden(tmp_path):
     graph = build_graph(open_checkpoint(make_ckpt(tmp_path / "ckpt")))
     target = load_target("cpu")
     plan = make_plan(graph, target, LIMITS)
-    tree = render_tree(graph, plan, target, "qwen2-mini", CpuBackend(Path("kernels.o")),
-                       tmp_path / "src", tmp_path / "out")
+    backend = CpuBackend(Path("kernels.o"), ("avx2", "f16c", "fma"))
+    tree = render_tree(graph, plan, target, "qwen2-mini", backend, tmp_path / "src",
+                       tmp_path / "out")
     _compare(tree.directory, GOLDEN, FILES, target.stable_hash(),
              plan.build_digest(graph.config, target, "qwen2-mini"))
 

@@ -51,6 +51,28 @@ def test_native(test_engine: Path, case: str) -> None:
     assert f"{case} ok" in _run(test_engine, case)
 
 
+def test_cpu_feature_check(test_engine: Path) -> None:
+    """The CPU server's start check (runtime_cpp/backend/cpu/cpu_features.h) sees the
+    vector features Linux lists for this CPU, and refuses a name it does not know, naming
+    what is missing."""
+    from ninfer.kernels.cpu.common import CPUINFO_FEATURES, host_flags
+
+    flags = host_flags()
+    if flags is None:
+        pytest.skip("no /proc/cpuinfo to compare with")
+    names = [*CPUINFO_FEATURES.values(), "no_such_feature"]
+    lines = _run(test_engine, "cpu_features", *names).splitlines()
+    got = dict(line.split() for line in lines[:-1])
+    want = {feat: str(int(flag in flags)) for flag, feat in CPUINFO_FEATURES.items()}
+    assert got == {**want, "no_such_feature": "0"}
+    missing = [n for n in names if got[n] == "0"]
+    assert lines[-1] == (f"refusal: this server's kernels were compiled for a CPU with "
+                         f"{', '.join(names)}; this CPU lacks {', '.join(missing)}: compile "
+                         "the model on this machine (ninfer-compile --target cpu)")
+    present = [n for n in names if got[n] == "1"]
+    assert present and _run(test_engine, "cpu_features", *present).splitlines()[-1] == "refusal: "
+
+
 FAMILIES = {  # family name (as prometheus_client reports it) -> type
     "ninfer:num_requests_running": "gauge",
     "ninfer:num_requests_waiting": "gauge",

@@ -94,10 +94,12 @@ def compile_model(opts: CompileOptions, progress: Progress = lambda _: None) -> 
         else:
             from ninfer.codegen import CpuBackend
             from ninfer.kernels.cpu.build import cached_cpu_object
+            from ninfer.kernels.cpu.common import host_vector_features
 
             dump.json("kernels.json", _kernel_table(plan))
             backend = CpuBackend(cached_cpu_object(plan.unique_kernels(), target,
-                                                   opts.kernel_cache, src_dir / "kernels.o"))
+                                                   opts.kernel_cache, src_dir / "kernels.o"),
+                                 host_vector_features())
 
     # 5. Codegen: step program, kernel stubs, launch table, CMakeLists from templates/.
     with stage("codegen"):

@@ -3,12 +3,14 @@
 // fake_model.h; built by tests/native/CMakeLists.txt, run by tests/test_scheduler_native.py.
 //
 // usage: test_engine scheduler | invariance | cancel | admission | sampling | slowdown |
-//        stops | fork | token_controls | processors | speculate | prefix | metrics | log FILE
+//        stops | fork | token_controls | processors | speculate | prefix | metrics | log FILE |
+//        cpu_features NAME...
 #include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
 
+#include "backend/cpu/cpu_features.h"
 #include "harness.h"
 
 int main(int argc, char** argv) {
@@ -33,11 +35,18 @@ int main(int argc, char** argv) {
     write_log(argv[2]);
     return 0;
   }
+  if (what == "cpu_features") {  // NAME...: "NAME 0|1" each, then the refusal of them all
+    std::vector<std::string> names(argv + 2, argv + argc);
+    for (const auto& n : names) std::printf("%s %d\n", n.c_str(), ninfer::cpu::cpu_supports(n));
+    std::printf("refusal: %s\n", ninfer::cpu::features_refusal(names).c_str());
+    return 0;
+  }
   auto it = cases.find(what);
   if (it == cases.end()) {
     std::fprintf(stderr,
                  "usage: test_engine scheduler|invariance|cancel|admission|sampling|slowdown|"
-                 "stops|fork|token_controls|processors|speculate|prefix|metrics|log FILE\n");
+                 "stops|fork|token_controls|processors|speculate|prefix|metrics|log FILE|"
+                 "cpu_features NAME...\n");
     return 2;
   }
   it->second();

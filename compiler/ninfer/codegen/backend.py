@@ -20,11 +20,14 @@ from ninfer.occupancy.model_launches import VerifiedCuda
 @dataclass(frozen=True)
 class CpuBackend:
     kernel_object: Path  # one LLVM object with every kernel (kernels.cpu)
+    # the vector features it was compiled for (kernels.cpu.common.host_vector_features),
+    # which the server checks the CPU it starts on for
+    cpu_features: tuple[str, ...]
 
     kind: ClassVar[Literal["cpu"]] = "cpu"
 
     def template_values(self) -> dict[str, object]:
-        return {"kernel_object": str(self.kernel_object)}
+        return {"kernel_object": str(self.kernel_object), "cpu_features": self.cpu_features}
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,16 @@
 // backend/backend.h on the CPU: host memory; weights are read where the artifact holds them
-// (its huge-page copy, or the mapping with --mmap-weights); init() sizes the kernel thread
-// pool.
+// (its huge-page copy, or the mapping with --mmap-weights); init() refuses a CPU that lacks
+// a vector feature the kernels were compiled for and sizes the kernel thread pool.
 #include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_features.h"
 #include "model/artifact.h"
 
 namespace ninfer::backend {
@@ -50,6 +52,8 @@ const void* Arena::weight(const Artifact& artifact, const std::string& name,
 }
 
 void init(const Options& options) {
+  const std::string refusal = cpu::features_refusal(cpu::kKernelFeatures);
+  if (!refusal.empty()) throw std::runtime_error(refusal);
   if (options.threads > 0) cpu::set_num_threads(options.threads);
 }
 

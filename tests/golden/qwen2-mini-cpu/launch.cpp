@@ -2,6 +2,7 @@
 // CPU launch table of qwen2-mini: each stub passes DLTensors to the TVM kernel
 // compiled for this host (kernels.o, packed TVM-FFI calling convention).
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_features.h"
 #include "kernels.h"
 
 extern "C" {
@@ -26,6 +27,9 @@ int __tvm_ffi_rope_h1_d16_p128_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*)
 int __tvm_ffi_rope_h2_d16_p128_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 int __tvm_ffi_silu_mul_i48_f32(void*, const TVMFFIAny*, int32_t, TVMFFIAny*);
 }
+
+// The vector features kernels.o was compiled for (checked at start: backend::init).
+const std::vector<std::string> ninfer::cpu::kKernelFeatures = {"avx2", "f16c", "fma"};
 
 namespace ninfer::kernels {
 

@@ -112,6 +112,17 @@ def host_target() -> tvm.target.Target:
                               for k, v in host_target_config()})
 
 
+def host_vector_features() -> tuple[str, ...]:
+    """The CPUINFO_FEATURES features of host_target(), sorted: what a kernel object built
+    for it may use, and what a server linking it checks the CPU it starts on for
+    (runtime_cpp/backend/cpu/cpu_features.h)."""
+    from tvm.target import codegen
+
+    target = host_target()
+    return tuple(sorted(f for f in CPUINFO_FEATURES.values()
+                        if codegen.target_has_features(f, target)))
+
+
 @functools.cache
 def host_has(feature: str) -> bool:
     """Whether the CPU the kernels are compiled for (always this host: host_target) has an
