@@ -333,6 +333,48 @@ def test_host_gemv_streams_measures_once_per_cpu(monkeypatch, tmp_path):
     assert len(calls) == 3
 
 
+def test_bf16_activations_auto_follows_the_vdpbf16ps_probe(monkeypatch, tmp_path):
+    """--cpu-bf16-activations auto rounds x to bf16 only where vdpbf16ps gives
+    DPBF16_MIN_GAIN x the FMAs' multiply-adds (measured once per CPU), never without the
+    instruction; the probe itself runs where the host has it."""
+    from ninfer import pipeline, roofline
+    from ninfer.options import CompileOptions
+    from ninfer.targets import load_target
+
+    rates = {"zen4": {"dp_gmacs": 110.0, "fma_gmacs": 55.0},
+             "intel": {"dp_gmacs": 56.0, "fma_gmacs": 116.0}}
+    host = ["zen4"]
+    calls = []
+    monkeypatch.setattr(roofline, "_host_id", lambda: host[0])
+    monkeypatch.setattr(roofline, "dpbf16_rates",
+                        lambda repeats=3: calls.append(host[0]) or rates[host[0]])
+    cache = tmp_path / "dpbf16.json"
+    pays, why = roofline.host_dpbf16_pays(cache)
+    assert pays and "measured now" in why and "110 G" in why and "55 G" in why
+    assert roofline.host_dpbf16_pays(cache)[0] and len(calls) == 1  # kept
+    host[0] = "intel"
+    assert not roofline.host_dpbf16_pays(cache)[0] and calls == ["zen4", "intel"]
+
+    monkeypatch.setattr(roofline, "HOST_DPBF16_FILE", cache)
+    monkeypatch.setattr(roofline.host_dpbf16_pays, "__defaults__", (cache,))
+    cpu, h100 = load_target("cpu"), load_target("h100")
+    auto = CompileOptions(tmp_path)
+    for has_dp in (False, True):
+        monkeypatch.setattr(pipeline, "_host_dpbf16", lambda target, v=has_dp: v)
+        for name in ("zen4", "intel"):
+            host[0] = name
+            assert pipeline._auto_x_bf16(auto, cpu)[0] == (has_dp and name == "zen4")
+        assert pipeline._auto_x_bf16(auto, h100) == (False, "")
+        assert pipeline._auto_x_bf16(CompileOptions(tmp_path, cpu_bf16_activations="f32"),
+                                     cpu) == (False, "")
+    assert len(calls) == 2  # both hosts read back from the cache
+    from ninfer.kernels.cpu.matmul import use_dpbf16
+
+    if use_dpbf16():  # this host: the real probe runs and measures both
+        real = roofline.dpbf16_rates(repeats=1)
+        assert real["dp_gmacs"] > 0 and real["fma_gmacs"] > 0
+
+
 def test_roofline_probe_buffer_outgrows_the_last_level_cache(monkeypatch):
     """A cache that keeps part of a re-read buffer inflates the read probe: its buffer is
     at least four times the last-level cache, and never smaller than the model's bytes."""

@@ -70,9 +70,10 @@ console = Console(stderr=True)
               type=click.Choice(CPU_BF16_ACTIVATIONS),
               help="cpu target: bf16 weights multiply x rounded to bf16 (vdpbf16ps where the "
                    "host has AVX512_BF16; llama.cpp's BF16 path rounds x the same way) or "
-                   "float32 x (float32 arithmetic throughout; prefill about 1.6x slower on "
-                   "AVX512_BF16 hosts, decode the same). auto = bf16 where the host has "
-                   "AVX512_BF16, else f32.")
+                   "float32 x (float32 arithmetic throughout; prefill about 1.6x slower "
+                   "where vdpbf16ps is fast, decode the same). auto = bf16 where the host "
+                   "has AVX512_BF16 and vdpbf16ps gives 1.25x the FMAs' multiply-adds "
+                   "(measured once per CPU), else f32.")
 @click.option("--gdn-prefill", default="auto", show_default=True,
               type=click.Choice(["auto", "recurrent", "chunked"]),
               help="Hybrid models: a prompt's Gated DeltaNet recurrence row by row, or in "

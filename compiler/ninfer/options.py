@@ -89,8 +89,9 @@ class CompileOptions:
     # The cpu target's bf16-weight matmuls: "bf16" multiplies them with x rounded to bf16
     # (vdpbf16ps where the host has AVX512_BF16; llama.cpp's BF16 path rounds x the same
     # way), "f32" with float32 x (float32 arithmetic throughout; prefill slower, decode the
-    # same); "auto" = bf16 where the host has the instruction, else f32 (there rounding
-    # would cost accuracy and buy nothing: the FMA twin decodes ~8% slower). MatmulSpec.x_bf16.
+    # same, where vdpbf16ps is fast); "auto" = bf16 where the host has the instruction and
+    # it pays (ninfer.roofline.host_dpbf16_pays), else f32 (there rounding would cost
+    # accuracy and buy nothing: the FMA twin decodes ~8% slower). MatmulSpec.x_bf16.
     cpu_bf16_activations: str = "auto"
     kernel_cache: Path = field(default_factory=lambda: DEFAULT_BUILD_DIR / ".kernel-cache")
     # False: build everything but model.ninfer (write it later with write_model_artifact,
@@ -209,8 +210,8 @@ class CompileOptions:
 
     def x_bf16(self, target: Target, host_dpbf16: bool) -> bool:
         """make_plan's x_bf16: the cpu target's bf16 weights multiply x rounded to bf16
-        (auto: where the host has AVX512_BF16's vdpbf16ps, `host_dpbf16`, which the caller
-        asks the kernels: kernels.cpu.matmul.use_dpbf16)."""
+        (auto: `host_dpbf16`, where the host has AVX512_BF16's vdpbf16ps and it pays, which
+        the caller asks the kernels and the host's probe: pipeline._auto_x_bf16)."""
         if target.is_cuda or self.cpu_bf16_activations == "f32":
             return False
         return self.cpu_bf16_activations == "bf16" or host_dpbf16

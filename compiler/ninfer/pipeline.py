@@ -181,7 +181,7 @@ def _plan(opts: CompileOptions, model: FrontendModel, target: Target
     opts, read_note = opts.with_host_read(target)
     limits = opts.serve_limits(target, model.graph.config.max_position_embeddings)
     plan = make_plan(model.graph, target, limits, opts.weight_formats(),
-                     opts.gemv_streams(target), opts.x_bf16(target, _host_dpbf16(target)))
+                     opts.gemv_streams(target), opts.x_bf16(target, _auto_x_bf16(opts, target)[0]))
     return opts, plan, read_note
 
 
@@ -250,6 +250,22 @@ def _host_dpbf16(target: Target) -> bool:
     return use_dpbf16()
 
 
+def _auto_x_bf16(opts: CompileOptions, target: Target) -> tuple[bool, str]:
+    """What --cpu-bf16-activations auto takes on this host, and why: bf16 x where the host
+    has vdpbf16ps and it pays (roofline.host_dpbf16_pays: its multiply-add rate against
+    the FMAs', measured once per CPU); the probe is run only for an auto cpu compile."""
+    if target.is_cuda or opts.cpu_bf16_activations != "auto":
+        return False, ""
+    if not _host_dpbf16(target):
+        return False, "this host has no AVX512_BF16"
+    from ninfer.roofline import RooflineError, host_dpbf16_pays
+
+    try:
+        return host_dpbf16_pays()
+    except RooflineError as exc:
+        return True, f"this host has AVX512_BF16 (its probe failed: {exc})"
+
+
 def _x_bf16_note(plan: Plan, opts: CompileOptions, target: Target) -> str | None:
     """The compile summary's note on how the cpu target's bf16 matmuls take x."""
     bf16 = [s for s in plan.unique_kernels() if isinstance(s, MatmulSpec) and s.wdtype == "bf16"]
@@ -258,9 +274,9 @@ def _x_bf16_note(plan: Plan, opts: CompileOptions, target: Target) -> str | None
     if not any(s.x_bf16 for s in bf16):
         if opts.cpu_bf16_activations != "auto":
             return None
-        return ("--cpu-bf16-activations not given: bf16 weights multiply float32 x, as this "
-                "host has no AVX512_BF16 (rounding x to bf16 would cost accuracy and gain "
-                "nothing here; --cpu-bf16-activations bf16 rounds it anyway)")
+        return (f"--cpu-bf16-activations not given: bf16 weights multiply float32 x "
+                f"({_auto_x_bf16(opts, target)[1]}: rounding x to bf16 would cost accuracy "
+                "and gain nothing here; --cpu-bf16-activations bf16 rounds it anyway)")
     how = ("vdpbf16ps, two k steps an instruction" if _host_dpbf16(target) else
            "two FMAs a pair of k steps: this host has no AVX512_BF16")
     return (f"bf16 weights multiply x rounded to bf16 ({how}; as llama.cpp's BF16 path); "

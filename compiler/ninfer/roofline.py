@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,31 @@ def _host_id() -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _per_host(cache: Path, measure: Callable[[], dict[str, float]]
+              ) -> tuple[dict[str, float], str]:
+    """A probe's result for this CPU (_host_id) as kept in `cache`, else `measure()`'s,
+    then kept; and how it was had."""
+    host = _host_id()
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    result = known.get(host)
+    if isinstance(result, dict):
+        return result, "measured before on this CPU"
+    result = measure()
+    known[host] = result
+    try:  # best effort: a build directory that cannot be written measures every time
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+        tmp.replace(cache)
+    except OSError:
+        return result, f"measured now; not kept, {cache} cannot be written"
+    return result, "measured now"
+
+
 def host_gemv_streams(cache: Path = HOST_READ_FILE) -> tuple[int, str]:
     """(streams, why) for this host's CPU gemvs: the value of NINFER_CPU_GEMV_STREAMS (1 or
     2) where set, else the choice of gemv_streams_for over the read probe (every core,
@@ -183,26 +209,37 @@ def host_gemv_streams(cache: Path = HOST_READ_FILE) -> tuple[int, str]:
         if env not in ("1", "2"):
             raise RooflineError(f"{STREAMS_ENV}={env!r}: must be 1 or 2")
         return int(env), f"{STREAMS_ENV}={env}"
-    host = _host_id()
-    try:
-        known = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        known = {}
-    patterns = known.get(host) if isinstance(known, dict) else None
-    measured = "measured before on this CPU"
-    if not isinstance(patterns, dict):
-        patterns = read_patterns(probe_bytes(0), os.cpu_count() or 1, repeats=3, huge=True)
-        measured = "measured now"
-        known = known if isinstance(known, dict) else {}
-        known[host] = patterns
-        try:  # best effort: a build directory that cannot be written measures every time
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-            tmp.replace(cache)
-        except OSError:
-            measured = f"measured now; not kept, {cache} cannot be written"
+    patterns, measured = _per_host(cache, lambda: read_patterns(
+        probe_bytes(0), os.cpu_count() or 1, repeats=3, huge=True))
     plain, two = _plain_and_two(patterns)
     return gemv_streams_for(patterns), (f"read probe ({measured}): one plain stream a "
                                         f"thread {plain:.1f} GB/s, two prefetched streams "
                                         f"{two:.1f} GB/s")
+
+
+# --cpu-bf16-activations auto rounds x to bf16 for AVX512_BF16's vdpbf16ps only where the
+# instruction gives at least this many times the multiply-adds a second of 512-bit FMAs
+# (the FMA path also widens the bf16 weights, and rounding x costs a little accuracy).
+# The instruction's rate is the CPU's: on the Zen 4 VM of RESULTS sessions 29-30 the bf16
+# gemm ran 1.6-1.9x as fast with it, on the Intel VM of session 37 (which lists
+# avx512_bf16) vdpbf16ps gave half the FMAs' multiply-adds and the gemm 0.60x.
+DPBF16_MIN_GAIN = 1.25
+HOST_DPBF16_FILE = DEFAULT_BUILD_DIR / ".host-dpbf16.json"
+
+
+def dpbf16_rates(repeats: int = 3) -> dict[str, float]:
+    """{"dp_gmacs", "fma_gmacs"}: one thread's multiply-adds a second by vdpbf16ps chains
+    and by 512-bit FMA chains (roofline.c dpbf16; 0 where the probe's compiler saw no
+    AVX512_BF16)."""
+    out = _run(["dpbf16", str(repeats)])
+    return {"dp_gmacs": float(out["dp_gmacs"]), "fma_gmacs": float(out["fma_gmacs"])}
+
+
+def host_dpbf16_pays(cache: Path = HOST_DPBF16_FILE) -> tuple[bool, str]:
+    """(pays, why): whether vdpbf16ps gives this CPU DPBF16_MIN_GAIN x the FMAs'
+    multiply-adds (dpbf16_rates, measured once per CPU and kept in `cache`)."""
+    rates, measured = _per_host(cache, dpbf16_rates)
+    dp, fma = rates.get("dp_gmacs", 0.0), rates.get("fma_gmacs", 0.0)
+    pays = fma > 0 and dp >= DPBF16_MIN_GAIN * fma
+    return pays, (f"vdpbf16ps probe ({measured}): {dp:.0f} G multiply-adds/s a thread against "
+                  f"{fma:.0f} G by 512-bit FMAs")
