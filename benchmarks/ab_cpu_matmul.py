@@ -7,16 +7,17 @@ Each --variant is `NAME: ATTR=EXPR; ATTR=EXPR ...`, ATTR a name in
 ninfer.kernels.cpu.matmul (`matmul.`), ninfer.kernels.cpu.qmatmul (`qmatmul.`; its
 activations' module `qactivations.`, K_BLOCK there), the helpers they share,
 ninfer.kernels.cpu.build (`build.`), ninfer.kernels.cpu.common (`common.`), or (for
-ab_engine_decode) ninfer.kernels.cpu.attention (`attention.`) or ninfer.plan (`plan.`),
-EXPR evaluated with those modules and MatmulTiles / QTiles in scope; an empty list is the
-code as it stands. `NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized
-formats) as it was at git revision REV, fed the weight layout that revision's spec names
-(rows before the panels layout existed); ab_engine_decode takes `@REV` as matmul.py,
-qmatmul.py and attention.py at REV. Every variant builds the projection shapes of
-bench_llamacpp's 0.5B model (TVM's runtime and thread pool, --threads). gemv: weights
-cycled through copies that fill --stream-mb (in one huge-page mapping, as the CPU engine
-holds them; --small-pages: TVM's own allocations), GB/s of weights (scales included) read;
-gemm: --gemm-rows rows, GFLOP/s.
+ab_engine_decode) ninfer.kernels.cpu.attention (`attention.`), ninfer.plan (`plan.`) or
+ninfer.roofline (`roofline.`: e.g. `roofline.host_gemv_streams=lambda *a: (1, "ab")` for
+one gemv stream a thread whatever the host's probe says), EXPR evaluated with those
+modules and MatmulTiles / QTiles in scope; an empty list is the code as it stands.
+`NAME: @REV` is the kernel file (matmul.py, or qmatmul.py for quantized formats) as it was at git
+revision REV, fed the weight layout that revision's spec names (rows before the panels
+layout existed); ab_engine_decode takes `@REV` as matmul.py, qmatmul.py and attention.py
+at REV. Every variant builds the projection shapes of bench_llamacpp's 0.5B model (TVM's
+runtime and thread pool, --threads). gemv: weights cycled through copies that fill
+--stream-mb (in one huge-page mapping, as the CPU engine holds them; --small-pages: TVM's
+own allocations), GB/s of weights (scales included) read; gemm: --gemm-rows rows, GFLOP/s.
 Variants alternate within each round, so a slow spell of this VM lands on all of them;
 medians and bests of --rounds.
 
@@ -74,11 +75,11 @@ def _parse() -> argparse.Namespace:
 @contextlib.contextmanager
 def variant_applied(variant: str) -> Iterator[None]:
     """The kernel modules with a variant's `ATTR=EXPR; ...` assignments set, restored after."""
-    from ninfer import plan
+    from ninfer import plan, roofline
     from ninfer.kernels.cpu import attention, build, common, matmul, qactivations, qmatmul
 
     scope = {"common": common, "matmul": matmul, "qmatmul": qmatmul, "attention": attention,
-             "plan": plan, "build": build, "qactivations": qactivations,
+             "plan": plan, "build": build, "qactivations": qactivations, "roofline": roofline,
              "MatmulTiles": matmul.MatmulTiles, "QTiles": qmatmul.QTiles}
     saved = []
     builders = dict(build._BUILDERS)
