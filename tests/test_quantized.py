@@ -5,8 +5,9 @@ compiled (--weights q8g32 / q4g64, --kv-dtype f16 / int8 / int4), serves, and it
 the f32 build is bounded: teacher-forced over a fixed held-out text set by the accuracy
 report, and as greedy generations through the servers.
 
-bf16 weights are built here as served by default (x rounded to bf16 for their products,
---cpu-bf16-activations bf16; the parity tests' bf16 checkpoints keep x float32). f16 weights
+bf16 weights are built here as served by default (--cpu-bf16-activations auto: x rounded
+to bf16 for their products where the host's vdpbf16ps pays, else float32; the parity tests'
+bf16 checkpoints keep x float32). f16 weights
 and the fp8 KV cache are not built here (each build costs CI about a minute):
 their kernels are checked bit for bit at kernel level (tests/kernels), they change no
 plumbing the other formats do not exercise (one-part weights and pools, like f32), and
@@ -114,16 +115,20 @@ def test_q8_greedy_generations_equal_f32_mostly(trained_checkpoint, f32_greedy):
 
 
 def test_bf16_build_rounds_x_where_it_pays_and_says_so(accuracy, trained_checkpoint):
-    """--cpu-bf16-activations auto rounds x to bf16 where the host has vdpbf16ps (the drift
-    bounded above is then the rounded one), and keeps it float32 elsewhere."""
-    from ninfer.kernels.cpu.matmul import use_dpbf16
+    """--cpu-bf16-activations auto rounds x to bf16 where the host has vdpbf16ps and it
+    pays (the drift bounded above is then the rounded one), and keeps it float32
+    elsewhere, saying which."""
+    from ninfer.options import CompileOptions
+    from ninfer.pipeline import _auto_x_bf16
+    from ninfer.targets import load_target
 
+    rounds = _auto_x_bf16(CompileOptions(trained_checkpoint), load_target("cpu"))[0]
     report = json.loads((_build(trained_checkpoint, "bf16") / "compile_report.json")
                         .read_text())
     matmuls = [k for k in report["plan"]["kernels"].values() if k.startswith("matmul")]
-    assert matmuls and all("_bf16_p64" in k and ("_xbf16" in k) == use_dpbf16()
+    assert matmuls and all("_bf16_p64" in k and ("_xbf16" in k) == rounds
                            for k in matmuls), matmuls
-    note = ("bf16 weights multiply x rounded to bf16" if use_dpbf16() else
+    note = ("bf16 weights multiply x rounded to bf16" if rounds else
             "--cpu-bf16-activations not given: bf16 weights multiply float32 x")
     assert any(n.startswith(note) for n in report["notes"]), report["notes"]
 
