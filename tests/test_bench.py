@@ -355,8 +355,7 @@ def test_bf16_activations_auto_follows_the_vdpbf16ps_probe(monkeypatch, tmp_path
     host[0] = "intel"
     assert not roofline.host_dpbf16_pays(cache)[0] and calls == ["zen4", "intel"]
 
-    monkeypatch.setattr(roofline, "HOST_DPBF16_FILE", cache)
-    monkeypatch.setattr(roofline.host_dpbf16_pays, "__defaults__", (cache,))
+    monkeypatch.setattr(roofline, "HOST_DPBF16_FILE", cache)  # the compile's (default) file
     cpu, h100 = load_target("cpu"), load_target("h100")
     auto = CompileOptions(tmp_path)
     for has_dp in (False, True):

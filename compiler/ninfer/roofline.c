@@ -28,7 +28,7 @@
 // 256-bit code may reach only half of on a core with 512-bit FMA units.
 // dpbf16: one thread's multiply-adds a second through ten chains of 512-bit vdpbf16ps
 // (AVX512_BF16: 32 bf16 products an instruction) and of 512-bit FMAs (16 float32 ones):
-// whether rounding x to bf16 for vdpbf16ps pays on this CPU (ninfer.roofline.host_dpbf16).
+// whether rounding x to bf16 for vdpbf16ps pays on this CPU (roofline.host_dpbf16_pays).
 // It does not everywhere: on this project's Intel VM the instruction took 4x an FMA's time
 // (half the FMAs' multiply-adds), on its Zen 4 VM the bf16 gemm ran 1.6-1.9x as fast.
 #define _GNU_SOURCE
@@ -212,8 +212,21 @@ typedef struct {
     part->sink = out[0];                                                                       \
   } while (0)
 
+// FmaPart.wide for vdpbf16ps chains (dpbf16): FMA10's x and y rounded to bf16 pairs (the
+// conversions are loop-invariant, out of the timed loop), 32 products an instruction.
+enum { kDpbf16 = 2 };
+#ifdef __AVX512BF16__
+#define DPBF16(a, x, y) _mm512_dpbf16_ps(a, _mm512_cvtne2ps_pbh(x, x), _mm512_cvtne2ps_pbh(y, y))
+#endif
+
 static void* fma_worker(void* arg) {
   FmaPart* part = (FmaPart*)arg;
+#ifdef __AVX512BF16__
+  if (part->wide == kDpbf16) {
+    FMA10(__m512, DPBF16, _mm512_set1_ps, _mm512_add_ps);
+    return NULL;
+  }
+#endif
 #ifdef __AVX512F__
   if (part->wide) {
     FMA10(__m512, _mm512_fmadd_ps, _mm512_set1_ps, _mm512_add_ps);
@@ -224,10 +237,11 @@ static void* fma_worker(void* arg) {
   return NULL;
 }
 
-// GFLOP/s of `threads` threads at one vector width (lanes 8 or 16), best of `repeats`.
+// GFLOP/s of `threads` threads at one vector width (wide 0: 256 bits, 1: 512) or by
+// vdpbf16ps (wide = kDpbf16), best of `repeats`.
 static double fma_rate(int threads, int repeats, int wide) {
   const long iters = 20L * 1000 * 1000;
-  const int lanes = wide ? 16 : 8;
+  const int lanes = wide == kDpbf16 ? 32 : wide ? 16 : 8;  // multiply-adds an instruction
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     pthread_barrier_t start;
@@ -263,51 +277,11 @@ static int run_fma(int threads, int repeats) {
   return 0;
 }
 
-#ifdef __AVX512BF16__
-#define CHAIN10(STEP)                             \
-  STEP(a0) STEP(a1) STEP(a2) STEP(a3) STEP(a4) \
-  STEP(a5) STEP(a6) STEP(a7) STEP(a8) STEP(a9)
-// The empty asm keeps each chain a chain (no reassociation, no hoisting).
-#define DP_STEP(a)                     \
-  a = _mm512_dpbf16_ps(a, xb, yb);     \
-  __asm__ volatile("" : "+v"(a));
-#define FMA_STEP(a)                    \
-  a = _mm512_fmadd_ps(a, xf, yf);      \
-  __asm__ volatile("" : "+v"(a));
-
-// GMAC/s of one thread: vdpbf16ps chains (dp = 1) or FMA chains (dp = 0).
-static double dp_rate(int dp) {
-  const long iters = 20L * 1000 * 1000;
-  const __m512bh xb = (__m512bh)_mm512_set1_epi16(0x3f80), yb = (__m512bh)_mm512_set1_epi16(0x3380);
-  const __m512 xf = _mm512_set1_ps(0.999999f), yf = _mm512_set1_ps(1e-7f);
-  __m512 a0 = _mm512_set1_ps(0.f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
-         a8 = a0, a9 = a0;
-  const double t0 = now();
-  if (dp) {
-    for (long i = 0; i < iters; ++i) {
-      CHAIN10(DP_STEP)
-    }
-  } else {
-    for (long i = 0; i < iters; ++i) {
-      CHAIN10(FMA_STEP)
-    }
-  }
-  const double seconds = now() - t0;
-  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-  s = _mm512_add_ps(s, _mm512_add_ps(a8, a9));
-  float out[16];
-  memcpy(out, &s, sizeof(out));
-  if (out[0] == 12345.f) fprintf(stderr, "(unlikely)\n");  // keeps the chains live
-  return 10.0 * (dp ? 32 : 16) * (double)iters / seconds / 1e9;
-}
-#endif
-
 static int run_dpbf16(int repeats) {
   double dp = 0, fma = 0;
 #ifdef __AVX512BF16__
   for (int r = 0; r < repeats; ++r) {  // alternated, so a slow spell lands on both
-    const double d = dp_rate(1), f = dp_rate(0);
+    const double d = fma_rate(1, 1, kDpbf16) / 2, f = fma_rate(1, 1, 1) / 2;  // MACs: FLOPs / 2
     if (d > dp) dp = d;
     if (f > fma) fma = f;
   }

@@ -235,10 +235,11 @@ def dpbf16_rates(repeats: int = 3) -> dict[str, float]:
     return {"dp_gmacs": float(out["dp_gmacs"]), "fma_gmacs": float(out["fma_gmacs"])}
 
 
-def host_dpbf16_pays(cache: Path = HOST_DPBF16_FILE) -> tuple[bool, str]:
+def host_dpbf16_pays(cache: Path | None = None) -> tuple[bool, str]:
     """(pays, why): whether vdpbf16ps gives this CPU DPBF16_MIN_GAIN x the FMAs'
-    multiply-adds (dpbf16_rates, measured once per CPU and kept in `cache`)."""
-    rates, measured = _per_host(cache, dpbf16_rates)
+    multiply-adds (dpbf16_rates, measured once per CPU and kept in `cache`, by default
+    HOST_DPBF16_FILE)."""
+    rates, measured = _per_host(cache or HOST_DPBF16_FILE, dpbf16_rates)
     dp, fma = rates.get("dp_gmacs", 0.0), rates.get("fma_gmacs", 0.0)
     pays = fma > 0 and dp >= DPBF16_MIN_GAIN * fma
     return pays, (f"vdpbf16ps probe ({measured}): {dp:.0f} G multiply-adds/s a thread against "
