@@ -58,7 +58,8 @@ Schedules. gemv: one task per (NR weight rows N/NR apart, up to GEMV_ROWS x rows
 tiles innermost, so that a thread's contiguous range of tasks reads NR long streams of w
 (RESULTS 2026-12-02: how many streams read fastest depends on the machine); the task's
 rows use each unpacked weight vector (the last task takes the 1-3 rows left); each stream
-is prefetched PREFETCH_BYTES ahead (rows are short, e.g. 2 KB for q4 at k = 4096, and the
+is prefetched as the steps read it, one line a step, PREFETCH_BYTES ahead into L2 and
+PREFETCH_L1_BYTES ahead into L1 (rows are short, e.g. 2 KB for q4 at k = 4096, and the
 hardware prefetchers alone lose time at every row start), and the scale rows
 SCALE_PF_TILES column tiles ahead; the rows' sg are made first, for all of k. With
 spec.streams == 1 a task is one weight row (one stream a thread) and the weights are left
@@ -102,8 +103,12 @@ from .intdot import (
 from .qactivations import UNIT, QShape, x_quantizer
 
 # gemv: each task prefetches the weight array this many bytes ahead of what it reads
-# (2-8 KB measured alike; none: ~20% slower on q4 at k = 4096).
+# (2-8 KB measured alike; none: ~20% slower on q4 at k = 4096) into L2 (prefetcht1), and
+# PREFETCH_L1_BYTES ahead into L1 (prefetcht0), one line of each stream a step, beside
+# the step's loads. One prefetcht0 4 KB ahead (the block's lines at its start) read
+# 0.90x of a plain read here, the two levels 0.96x (RESULTS session 38). 0: one level.
 PREFETCH_BYTES = 4096
+PREFETCH_L1_BYTES = 512
 # gemv: each task prefetches the scale rows of the column tile this many tiles ahead (0:
 # none; 4 on top of 2 streams: +2-5% for 1-2 rows on the Zen 5 VM, RESULTS session 12)
 SCALE_PF_TILES = 4
@@ -328,9 +333,24 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
             return zero16 if h is None else zero8
         return xcor[i, vec(s * ZL, ZL)] if h is None else xcor[i, vec(s * ZL + h * LANES, LANES)]
 
+    # gemv: the weight streams' software prefetch (spec.streams == 1: none, the hardware's)
+    PF = PREFETCH_BYTES if spec.streams != 1 else 0
+    PF_L1 = PREFETCH_L1_BYTES if PF > 0 else 0
+
+    @T.macro
+    def stream_prefetch(q, base, c, off):
+        # the line `off` bytes past `base` in column c's stream (gemv: NJB rows apart),
+        # PF bytes ahead into L2 and PF_L1 into L1 (past the last row's end too: a
+        # prefetch never faults)
+        if PF_L1 > 0:
+            T.evaluate(prefetch(q, 0, base + (c * NJB * KQ + off + PF_L1)))
+            T.evaluate(prefetch(q, 0, base + (c * NJB * KQ + off + PF), locality=2))
+        else:
+            T.evaluate(prefetch(q, 0, base + (c * NJB * KQ + off + PF)))
+
     def block_macro(gemv: bool):
         @T.macro
-        def block_step(q, xq, xa, xcor, acc, sg, i0, j0, s, R, C):
+        def block_step(q, xq, xa, xcor, acc, sg, i0, j0, s, R, C, pfb):
             # the lanes block whose first step is s: its exact integer dots summed per lane
             # in iacc step by step for every (row, column) of the tile (two sums: q4 its
             # low and high nibbles', q8 its even and odd steps', in one chain or two,
@@ -347,6 +367,10 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
                     for k in T.unroll(1, 4):
                         iacc[r, c, k, vec(i64(0), ZL)] = zero16
             for t in T.unroll(BSTEPS if Q4 else BSTEPS // 2):
+                if gemv and PF > 0:  # the step's lines of each stream, 1 (q8: 2) a step
+                    for u in T.unroll(1 if Q4 else 2):
+                        for c in T.unroll(C):
+                            stream_prefetch(q, pfb, c, (t * (1 if Q4 else 2) + u) * UNIT)
                 for r in T.unroll(R):
                     for c in T.unroll(C):
                         iacc[r, c, chain_of(t, 0, block_chains(R, C)), vec(i64(0), ZL)] = (
@@ -392,36 +416,31 @@ def _qmatmul(spec: MatmulSpec, tl: QTiles) -> tirx.PrimFunc:
     def micro_macro(gemv: bool):
         step, tail_step = (step_gemv, tail_gemv) if gemv else (step_gemm, tail_gemm)
         block_step = block_gemv if gemv else block_gemm
-        PF = PREFETCH_BYTES if gemv and spec.streams != 1 else 0
+        PFG = PF if gemv else 0
         cs = NJB if gemv else 1
 
         @T.macro
         def micro(q, xq, xa, xcor, out, acc, sg, i0, j0, s0, sn, tail, R, C):
             # out[i0:i0+R, j0 + c * cs] (c < C) += the steps s0 .. s0+sn-1 (+ the tail
             # step) of k, one k block, scales from sg; gemv: the weight streams prefetched
-            # PF bytes ahead (past the last row's end too: a prefetch never faults).
+            # as the steps read them (stream_prefetch).
             for r in T.unroll(R):
                 for c in T.unroll(C):
                     for v in T.vectorized(ZL):
                         acc[r, c, v] = f32(0.0)
-            pf0 = T.bind(T.Cast("int64", j0) * KQ + s0 * UPS * UNIT + PF)
-            if gemv and PF == 0 and not Q4:  # q8, one stream: the block's first line first
+            pf0 = T.bind(T.Cast("int64", j0) * KQ + s0 * UPS * UNIT)
+            if gemv and PFG == 0 and not Q4:  # q8, one stream: the block's first line first
                 for c in T.unroll(C):
                     T.evaluate(prefetch(q, j0 + c * cs, s0 * UPS * UNIT))
             if LANES16:  # whole lanes blocks first (s0 is a block's start)
                 for b in range(sn // BSTEPS):
-                    if PF > 0:
-                        for jj in T.unroll(BSTEPS):
-                            for c in T.unroll(C):
-                                T.evaluate(prefetch(
-                                    q, 0, pf0 + (c * cs * KQ + (b * BSTEPS + jj) * UNIT)))
-                    block_step(q, xq, xa, xcor, acc, sg, i0, j0, s0 + b * BSTEPS, R, C)
+                    block_step(q, xq, xa, xcor, acc, sg, i0, j0, s0 + b * BSTEPS, R, C,
+                               pf0 + b * BSTEPS * UNIT)
             for s in range(blocked_steps(sn), sn):
-                if PF > 0:  # each column's stream (C of them, cs rows apart)
+                if PFG > 0:  # each column's stream (C of them, cs rows apart)
                     for u in T.unroll(UPS):
                         for c in T.unroll(C):
-                            T.evaluate(prefetch(
-                                q, 0, pf0 + (c * cs * KQ + (s * UPS + u) * UNIT)))
+                            stream_prefetch(q, pf0, c, (s * UPS + u) * UNIT)
                 step(q, xq, xa, xcor, acc, sg, i0, j0, s0, s, R, C)
             if tail > 0:
                 tail_step(q, xq, xa, xcor, acc, sg, i0, j0, s0, sn, R, C)
