@@ -20,8 +20,8 @@ the R queries of an item. Keys are visited in blocks of KEY_BLOCK:
    Keys are visited a run at a time (U = min(KEY_BLOCK, block size) keys of one block:
    one block-table lookup a run, contiguous in the "heads" and "planes" layouts), and with
    each key the lines of the key K_AHEAD keys on and of the value V_AHEAD keys on are
-   prefetched into L2 (the item's first ones before the loop), and those K_NEAR and V_NEAR
-   keys on (the next run) into L1: one decode row's item walks a few short runs and was
+   prefetched into L2 (the item's first ones before the loop), and those of the key
+   NEAR_RUNS runs on into L1: one decode row's item walks a few short runs and was
    latency-bound with the block-ahead L1 prefetch it had before, and L2 alone left the
    loads waiting on L2 (RESULTS sessions 35, 38).
    The pools are best stored in the "planes" layout (spec.layout, kv_formats.KV_LAYOUTS),
@@ -79,10 +79,12 @@ NEG = -1.0e30  # score of a masked key; fast_exp flushes exp(NEG - m) to 0
 K_AHEAD = 32  # keys ahead of the scored one whose key lines are prefetched
 V_AHEAD = 16  # keys ahead of the scored one whose value lines are prefetched
 LOCALITY = 2
-# and, a run ahead, into L1 as well (locality 3): from memory 1.13x at 8192 keys, 1.19x at
-# 2048, 1.6-2.3x at 160 against L2 alone on the Intel VM (ab_attention.py, session 38)
-K_NEAR = 16  # keys ahead whose key lines are also prefetched into L1 (0: none)
-V_NEAR = 16  # keys ahead whose value lines are also prefetched into L1 (0: none)
+# The key and value lines of the key NEAR_RUNS runs (U keys each) ahead also go into L1
+# (NEAR_LOCALITY; 0 runs: none): at block size 16, one run ahead read 1.13x as fast from
+# memory at 8192 keys, 1.19x at 2048, 1.6-2.3x at 160 as L2 alone on the Intel VM
+# (ab_attention.py, session 38; keys 32 ahead with values 16 read slower)
+NEAR_RUNS = 1
+NEAR_LOCALITY = 3
 
 
 def attention_lanes() -> int:
@@ -163,7 +165,8 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
         return block, slot // U * U
 
     def fetch(buf, g, block, slot, line, locality=LOCALITY):
-        """Prefetch line `line` of kv head g's vector in (block, slot) into L2."""
+        """Prefetch line `line` of kv head g's vector in (block, slot) into L2 (locality
+        2) or L1 (3)."""
         return prefetch(buf, *at((block, slot), g), line * LE, locality=locality)
 
     @T.macro
@@ -222,22 +225,17 @@ def attention(spec: AttentionSpec) -> tirx.PrimFunc:
                 vp = T.bind(T.min(jb * B + u * U + V_AHEAD, last))
                 bv = T.bind(run_of(bt, s, vp)[0])
                 sv = T.bind(run_of(bt, s, vp)[1])
-                if K_NEAR > 0:
-                    kn = T.bind(T.min(jb * B + u * U + K_NEAR, last))
-                    bkn = T.bind(run_of(bt, s, kn)[0])
-                    skn = T.bind(run_of(bt, s, kn)[1])
-                if V_NEAR > 0:
-                    vn = T.bind(T.min(jb * B + u * U + V_NEAR, last))
-                    bvn = T.bind(run_of(bt, s, vn)[0])
-                    svn = T.bind(run_of(bt, s, vn)[1])
+                if NEAR_RUNS > 0:  # and the run NEAR_RUNS on, keys and values, into L1
+                    kn = T.bind(T.min(jb * B + (u + NEAR_RUNS) * U, last))
+                    bn = T.bind(run_of(bt, s, kn)[0])
+                    sn = T.bind(run_of(bt, s, kn)[1])
                 for jj in range(U):
                     for line in T.unroll(LINES):
                         T.evaluate(fetch(kc, g, bp, sp + jj, line))
                         T.evaluate(fetch(vc, g, bv, sv + jj, line))
-                        if K_NEAR > 0:
-                            T.evaluate(fetch(kc, g, bkn, skn + jj, line, 3))
-                        if V_NEAR > 0:
-                            T.evaluate(fetch(vc, g, bvn, svn + jj, line, 3))
+                        if NEAR_RUNS > 0:
+                            T.evaluate(fetch(kc, g, bn, sn + jj, line, NEAR_LOCALITY))
+                            T.evaluate(fetch(vc, g, bn, sn + jj, line, NEAR_LOCALITY))
                     jc = T.bind(at((blk, slot0 + T.min(jj, lim)), g)[0])
                     gc = T.bind(at((blk, slot0 + T.min(jj, lim)), g)[1])
                     for r in T.unroll(R):

@@ -105,8 +105,10 @@ from .qactivations import UNIT, QShape, x_quantizer
 # gemv: each task prefetches the weight array this many bytes ahead of what it reads
 # (2-8 KB measured alike; none: ~20% slower on q4 at k = 4096) into L2 (prefetcht1), and
 # PREFETCH_L1_BYTES ahead into L1 (prefetcht0), one line of each stream a step, beside
-# the step's loads. One prefetcht0 4 KB ahead (the block's lines at its start) read
-# 0.90x of a plain read here, the two levels 0.96x (RESULTS session 38). 0: one level.
+# the step's loads. In a C copy of the q4g64 loop one prefetcht0 4 KB ahead read 0.90x of
+# a plain read, the two levels 0.96x; in the engine, against the kernel's former 16
+# prefetcht0 4 KB ahead at each block's start, q4g64 decoded +9%, q8g32 +8% (RESULTS
+# session 38). 0: one level (prefetcht0 PREFETCH_BYTES ahead, one line a step).
 PREFETCH_BYTES = 4096
 PREFETCH_L1_BYTES = 512
 # gemv: each task prefetches the scale rows of the column tile this many tiles ahead (0:
